@@ -1,0 +1,77 @@
+"""The asyncio half of ``acquire_async`` and ``async with``: only what must be Python.
+
+The Rust side has already tried the uncontended path. Here a contended acquire creates
+one future, queues in the lock's wait queue (the same queue blocked threads use), and
+awaits the future. The future is a doorbell, rung when the lock is handed to this task,
+when its token is cancelled, or at its deadline; who owns the lock is decided in Rust,
+once, so a cancellation racing a hand-off can neither leak the lock nor hold it twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from asyncio import events
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ctxlock._ctxlock import CancelToken, Unlock
+
+__all__ = ["acquire", "ring", "wait_token"]
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def ring(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]) -> bool:
+    """Complete ``fut`` on ``loop`` from any thread; False if the loop is closed."""
+    if events._get_running_loop() is loop:
+        _set_done(fut)
+        return True
+    try:
+        loop.call_soon_threadsafe(_set_done, fut)
+    except RuntimeError:  # the loop is closed: the task will never run again
+        return False
+    return True
+
+
+async def acquire(
+    lock: Any, token: CancelToken | None, timeout: float | None, want_unlock: bool
+) -> Unlock | None:
+    """Wait in the lock's queue; return an ``Unlock`` (or ``None`` for ``async with``)."""
+    loop = events.get_running_loop()
+    fut: asyncio.Future[None] = loop.create_future()
+    waiting = lock._queue_task(loop, fut)
+    if not waiting.granted():
+        deadline = None if timeout is None else loop.time() + timeout
+        if token is not None and token.deadline is not None:
+            deadline = token.deadline if deadline is None else min(deadline, token.deadline)
+        timer = None if deadline is None else loop.call_at(deadline, _set_done, fut)
+        unregister = None if token is None else token.on_cancel(partial(ring, loop, fut))
+        try:
+            await fut
+        except BaseException:  # task.cancel(), asyncio.timeout(), coroutine closed
+            waiting.cancel()
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if unregister is not None:
+                unregister()
+    result: Unlock | None = waiting.finish(token, want_unlock)
+    return result
+
+
+async def wait_token(token: CancelToken) -> None:
+    """Wait until ``token`` is cancelled, from any thread or loop."""
+    if token.cancelled:
+        return
+    loop = events.get_running_loop()
+    fut: asyncio.Future[None] = loop.create_future()
+    unregister = token.on_cancel(partial(ring, loop, fut))
+    try:
+        await fut
+    finally:
+        unregister()

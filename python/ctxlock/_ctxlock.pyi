@@ -1,0 +1,245 @@
+"""Type stubs and documentation of the Rust extension ``ctxlock._ctxlock``.
+
+Every class here is re-exported by ``ctxlock``; import it from there.
+"""
+
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import final
+
+__version__: str
+
+@final
+class CancelToken:
+    """A cancellation signal with an optional deadline, shared by any number of acquires.
+
+    A token is cancelled once: by ``cancel(reason)``, by its deadline passing (the reason
+    is then a ``LockTimeout`` instance), or with its parent (with the parent's reason).
+    Cancelling wakes at once every thread and task waiting with this token or one of its
+    descendants. Tokens are safe to use from any thread and any event loop.
+
+    Raises:
+        ValueError: ``deadline`` is negative or NaN.
+        TypeError: ``deadline`` is not a number.
+    """
+
+    def __init__(self, *, deadline: float | None = None) -> None: ...
+    def child(self, *, deadline: float | None = None) -> CancelToken:
+        """A token cancelled with this one (and its reason) or by its own deadline.
+
+        Cancelling the child never cancels the parent. The child's effective deadline is
+        the earlier of its own and its parent's.
+        """
+    def cancel(self, reason: object = None) -> None:
+        """Cancel the token and its descendants. Idempotent: the first reason wins."""
+    @property
+    def cancelled(self) -> bool:
+        """True once the token has been cancelled."""
+    @property
+    def reason(self) -> object:
+        """The reason given to the first ``cancel()``; ``None`` until then (Go's ``context.Cause``)."""
+    @property
+    def deadline(self) -> float | None:
+        """The effective deadline on the ``time.monotonic()`` clock, or ``None``."""
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block (with the GIL released) until cancelled or ``timeout`` seconds pass.
+
+        Returns True if the token is cancelled. Signal handlers run while waiting in the
+        main thread (Ctrl-C raises ``KeyboardInterrupt``).
+        """
+    def wait_async(self) -> Awaitable[None]:
+        """Wait in an asyncio task until the token is cancelled (from any thread or loop)."""
+    def on_cancel(self, fn: Callable[[], object]) -> Callable[[], bool]:
+        """Run ``fn()`` once when the token is cancelled; at once if it already is.
+
+        ``fn`` runs in the thread that cancels (for a deadline, a ctxlock timer thread);
+        an exception it raises is reported through ``sys.unraisablehook``.
+        Returns a function that unregisters ``fn`` and returns True if that stopped
+        ``fn`` from running (Go's ``context.AfterFunc``).
+        """
+
+@final
+class Unlock:
+    """The once-only release of one acquire (Go's ``UnlockFunc``).
+
+    The first call releases the lock; later calls do nothing. It may be called from any
+    thread or event loop. As a context manager it releases on exit.
+
+    An ``Unlock`` that is garbage-collected while still holding its lock releases it and
+    emits a ``ResourceWarning``: a lock is never left held by an object nobody can reach.
+    """
+
+    def __call__(self) -> None:
+        """Release the lock if this ``Unlock`` still holds it; otherwise do nothing."""
+    @property
+    def released(self) -> bool:
+        """True once this ``Unlock`` has released its lock."""
+    def unlock_on_cancel(self, token: CancelToken) -> None:
+        """Release when ``token`` is cancelled (at once if it already is)."""
+    def __enter__(self) -> Unlock: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+@final
+class Lock:
+    """An exclusive lock with deadlines and cancellation: Go's channel of capacity one.
+
+    Fairness: by default a lock just released may be re-taken by a running thread
+    (barging, which keeps throughput high under the GIL), but a thread that has waited
+    about 1 ms is handed the lock directly by the next unlock, so no waiter waits without
+    bound. ``fair=True`` hands the lock over in strict FIFO order every time. Asyncio
+    waiters are always served in FIFO order by hand-off.
+    """
+
+    def __init__(self, *, fair: bool = False) -> None: ...
+    @property
+    def fair(self) -> bool:
+        """Whether the lock hands over in strict FIFO order."""
+
+    def acquire(
+        self,
+        cancel: CancelToken | None = None,
+        *,
+        deadline: float | None = None,
+        blocking: bool = True,
+    ) -> Unlock:
+        """Acquire, waiting with the GIL released, and return the ``Unlock`` that releases.
+
+        ``deadline`` is in seconds from now: ``None`` waits without limit, ``0`` tries
+        once. ``blocking=False`` tries once and raises ``WouldBlock``. A ``cancel`` token
+        that is already cancelled raises at once, even if the lock is free.
+
+        Cancellation: a waiter that times out, is cancelled or is interrupted by a signal
+        leaves the queue and does not hold the lock. If the lock was handed to it at that
+        very moment, a timeout keeps it (the acquire succeeds) and a cancellation or
+        signal passes it to the next waiter. Either way the lock is never leaked.
+
+        Raises:
+            LockTimeout: the deadline (``deadline=`` or the token's) passed.
+            Cancelled: the token was cancelled; ``.reason`` is its reason.
+            WouldBlock: ``blocking=False`` and the lock is taken.
+            KeyboardInterrupt: (or whatever a signal handler raises) while waiting.
+            ValueError: ``deadline`` is negative or NaN, or given with ``blocking=False``.
+            TypeError: ``deadline`` is not a number or ``cancel`` is not a ``CancelToken``.
+            RuntimeError: called on an event loop's thread while a task of that loop holds
+                the lock (this acquire could never succeed).
+        """
+    def try_acquire(self) -> Unlock | None:
+        """Acquire without waiting; ``None`` if the lock is taken."""
+    def locked(self) -> bool:
+        """True while the lock is held (in this view's mode, for a ``SharableLock`` view)."""
+    def acquire_async(
+        self, cancel: CancelToken | None = None, *, deadline: float | None = None
+    ) -> Awaitable[Unlock]:
+        """``await`` to acquire from an asyncio task; the same queue as threads use.
+
+        Completes without touching the event loop when the lock is free. Waiting tasks are
+        served in FIFO order. ``task.cancel()``, ``asyncio.timeout()``, the token and the
+        deadline each end the wait (CancelledError, TimeoutError, ``Cancelled``,
+        ``LockTimeout``), and in every race the lock is never leaked or held twice.
+        """
+    def __enter__(self) -> None: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+    def __aenter__(self) -> Awaitable[None]: ...
+    def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Awaitable[None]: ...
+
+
+@final
+class LockView:
+    """One mode of a ``SharableLock``: ``rw.shared`` or ``rw.exclusive``.
+
+    It has the members of ``Lock`` with the same guarantees and errors, in its own mode.
+    """
+
+    def acquire(
+        self,
+        cancel: CancelToken | None = None,
+        *,
+        deadline: float | None = None,
+        blocking: bool = True,
+    ) -> Unlock:
+        """Acquire, waiting with the GIL released, and return the ``Unlock`` that releases.
+
+        ``deadline`` is in seconds from now: ``None`` waits without limit, ``0`` tries
+        once. ``blocking=False`` tries once and raises ``WouldBlock``. A ``cancel`` token
+        that is already cancelled raises at once, even if the lock is free.
+
+        Cancellation: a waiter that times out, is cancelled or is interrupted by a signal
+        leaves the queue and does not hold the lock. If the lock was handed to it at that
+        very moment, a timeout keeps it (the acquire succeeds) and a cancellation or
+        signal passes it to the next waiter. Either way the lock is never leaked.
+
+        Raises:
+            LockTimeout: the deadline (``deadline=`` or the token's) passed.
+            Cancelled: the token was cancelled; ``.reason`` is its reason.
+            WouldBlock: ``blocking=False`` and the lock is taken.
+            KeyboardInterrupt: (or whatever a signal handler raises) while waiting.
+            ValueError: ``deadline`` is negative or NaN, or given with ``blocking=False``.
+            TypeError: ``deadline`` is not a number or ``cancel`` is not a ``CancelToken``.
+            RuntimeError: called on an event loop's thread while a task of that loop holds
+                the lock (this acquire could never succeed).
+        """
+    def try_acquire(self) -> Unlock | None:
+        """Acquire without waiting; ``None`` if the lock is taken."""
+    def locked(self) -> bool:
+        """True while the lock is held (in this view's mode, for a ``SharableLock`` view)."""
+    def acquire_async(
+        self, cancel: CancelToken | None = None, *, deadline: float | None = None
+    ) -> Awaitable[Unlock]:
+        """``await`` to acquire from an asyncio task; the same queue as threads use.
+
+        Completes without touching the event loop when the lock is free. Waiting tasks are
+        served in FIFO order. ``task.cancel()``, ``asyncio.timeout()``, the token and the
+        deadline each end the wait (CancelledError, TimeoutError, ``Cancelled``,
+        ``LockTimeout``), and in every race the lock is never leaked or held twice.
+        """
+    def __enter__(self) -> None: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+    def __aenter__(self) -> Awaitable[None]: ...
+    def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Awaitable[None]: ...
+
+
+    @property
+    def shared(self) -> bool:
+        """True for ``rw.shared``, False for ``rw.exclusive``."""
+
+@final
+class SharableLock:
+    """A phase-fair readers-writer lock: Go's ``SharableLock`` on one slot.
+
+    Shared holders form a reader group that holds the exclusive slot together; the last
+    one out gives it back. While an exclusive acquirer waits, new shared acquirers queue
+    (writers are not starved). When an exclusive holder unlocks, every shared acquirer
+    that was waiting then gets in before the next exclusive one (readers are not starved).
+    An exclusive waiter that gives up lets the readers it held back in at once.
+    """
+
+    def __init__(self) -> None: ...
+    @property
+    def shared(self) -> LockView: ...
+    @property
+    def exclusive(self) -> LockView: ...

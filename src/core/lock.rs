@@ -1,0 +1,229 @@
+//! The nouns users hold: [`Lock`], [`SharableLock`] and its two [`LockView`]s.
+//!
+//! All three are thin over one [`Slot`]: a `Lock` is a slot that only ever takes
+//! exclusive holds; a `SharableLock` is a slot whose reader group may hold it too (Go's
+//! helper goroutine, kept as a count in the state word instead of a thread). A
+//! `LockView` is a slot plus the mode it acquires in; it is what every acquire goes
+//! through, so the blocking, asynchronous and non-blocking paths are the same code for
+//! every kind of lock.
+
+use std::task::Waker;
+use std::ops::Deref;
+
+use super::cancel::CancelToken;
+use super::error::AcquireError;
+use super::slot::{Policy, Slot};
+use super::state::{readers, WRITER};
+use super::sync::{Arc, Ordering};
+use super::task::TaskWait;
+use super::unlock::Unlock;
+use super::wait::Wait;
+use super::waiter::Mode;
+
+/// A slot and the mode in which it is acquired. Cloning shares the slot.
+#[derive(Clone)]
+pub struct LockView {
+    slot: Arc<Slot>,
+    mode: Mode,
+}
+
+impl LockView {
+    fn new(slot: Arc<Slot>, mode: Mode) -> Self {
+        LockView { slot, mode }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Whether both views act on the same slot.
+    pub fn same_slot(&self, other: &LockView) -> bool {
+        Arc::ptr_eq(&self.slot, &other.slot)
+    }
+
+    /// Acquire without waiting; one CAS when uncontended. Pair with [`LockView::unlock`].
+    #[inline]
+    pub fn try_lock(&self) -> bool {
+        self.slot.try_lock(self.mode)
+    }
+
+    /// Acquire, waiting as `wait` allows; the raw form of [`LockView::acquire`].
+    ///
+    /// # Cancellation
+    /// A token that is already cancelled fails at once, even if the lock is free (Go
+    /// checks `ctx.Done()` first). A waiter that times out, is cancelled or is
+    /// interrupted leaves the queue without the lock; if the lock was handed to it at
+    /// that moment, a timeout keeps it and a cancellation or interrupt passes it on.
+    pub fn lock<E>(&self, wait: Wait<'_, E>) -> Result<(), AcquireError<E>> {
+        if let Some(t) = wait.cancel {
+            if t.is_cancelled() {
+                return Err(AcquireError::Cancelled(t.reason().unwrap_or_else(|| std::sync::Arc::new(()))));
+            }
+        }
+        if self.try_lock() {
+            return Ok(());
+        }
+        self.lock_slow(wait)
+    }
+
+    /// The waiting part of [`LockView::lock`], for callers that ran the fast path and
+    /// the token check themselves (the binding does, before it releases the GIL).
+    #[cold]
+    pub fn lock_slow<E>(&self, wait: Wait<'_, E>) -> Result<(), AcquireError<E>> {
+        if wait.deadline.is_some_and(|d| d <= std::time::Instant::now()) {
+            return if self.try_lock() { Ok(()) } else { Err(AcquireError::Timeout) };
+        }
+        self.slot.acquire_slow(self.mode, wait)
+    }
+
+    /// Give back a hold taken with `try_lock`/`lock`. False if there was none in this
+    /// mode (nothing is changed then).
+    #[inline]
+    pub fn unlock(&self) -> bool {
+        self.slot.release(self.mode)
+    }
+
+    /// Acquire without waiting.
+    pub fn try_acquire(&self) -> Option<Unlock> {
+        self.try_lock().then(|| Unlock::new(self.clone()))
+    }
+
+    /// Acquire and return the once-only [`Unlock`]; see [`LockView::lock`].
+    pub fn acquire<E>(&self, wait: Wait<'_, E>) -> Result<Unlock, AcquireError<E>> {
+        self.lock(wait).map(|()| Unlock::new(self.clone()))
+    }
+
+    /// Queue an asynchronous acquire woken through `waker`; `None` if it acquired at once.
+    pub fn lock_task(&self, waker: Waker) -> Option<TaskWait> {
+        TaskWait::start(self.clone(), waker)
+    }
+
+    /// Whether the slot is held in this view's mode.
+    pub fn is_locked(&self) -> bool {
+        let s = self.slot.state();
+        match self.mode {
+            Mode::Exclusive => s & WRITER != 0,
+            Mode::Shared => readers(s) > 0,
+        }
+    }
+
+    /// How many readers hold the slot.
+    pub fn readers(&self) -> usize {
+        readers(self.slot.state())
+    }
+
+    /// How many acquires wait in the queue.
+    pub fn queued(&self) -> usize {
+        self.slot.queued()
+    }
+
+    /// Record an opaque word about the holder (0: none). Only the embedding layer reads it.
+    pub fn set_owner_tag(&self, tag: u64) {
+        // ORDERING: advisory; read only to produce a better error, never for exclusion.
+        self.slot.owner_tag().store(tag, Ordering::Relaxed);
+    }
+
+    /// The word recorded by `set_owner_tag`.
+    pub fn owner_tag(&self) -> u64 {
+        // ORDERING: as in `set_owner_tag`.
+        self.slot.owner_tag().load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn slot(&self) -> &Slot {
+        &self.slot
+    }
+}
+
+/// An exclusive lock: Go's channel of capacity one, with an atomic fast path.
+///
+/// # Fairness
+/// `Lock::new()` lets a running thread re-take a just-released lock (barging), but hands
+/// the lock directly to a thread that has waited about 1 ms, and always to an
+/// asynchronous waiter. `Lock::fair()` always hands over in FIFO order.
+#[derive(Clone)]
+pub struct Lock(LockView);
+
+impl Lock {
+    pub fn new() -> Lock {
+        Lock(LockView::new(Arc::new(Slot::new(Policy::Barging)), Mode::Exclusive))
+    }
+
+    pub fn fair() -> Lock {
+        Lock(LockView::new(Arc::new(Slot::new(Policy::Fair)), Mode::Exclusive))
+    }
+
+    pub fn is_fair(&self) -> bool {
+        self.0.slot.policy() == Policy::Fair
+    }
+
+    pub fn view(&self) -> &LockView {
+        &self.0
+    }
+}
+
+impl Default for Lock {
+    fn default() -> Self {
+        Lock::new()
+    }
+}
+
+impl Deref for Lock {
+    type Target = LockView;
+    fn deref(&self) -> &LockView {
+        &self.0
+    }
+}
+
+/// A phase-fair readers-writer lock: Go's `SharableLock` on one slot.
+///
+/// # Fairness
+/// While an exclusive acquirer waits, new shared acquirers queue behind it, so writers
+/// are not starved. When an exclusive holder unlocks, every shared acquirer waiting at
+/// that moment joins the reader group before the next exclusive one, so readers are not
+/// starved. An exclusive waiter that gives up lets the readers it held back in at once.
+#[derive(Clone)]
+pub struct SharableLock {
+    shared: LockView,
+    exclusive: LockView,
+}
+
+impl SharableLock {
+    pub fn new() -> SharableLock {
+        let slot = Arc::new(Slot::new(Policy::Fair));
+        SharableLock {
+            shared: LockView::new(slot.clone(), Mode::Shared),
+            exclusive: LockView::new(slot, Mode::Exclusive),
+        }
+    }
+
+    /// The reader-group side (Go's `RLock`).
+    pub fn shared(&self) -> &LockView {
+        &self.shared
+    }
+
+    /// The exclusive side (Go's `Lock`).
+    pub fn exclusive(&self) -> &LockView {
+        &self.exclusive
+    }
+}
+
+impl Default for SharableLock {
+    fn default() -> Self {
+        SharableLock::new()
+    }
+}
+
+/// For the blocking acquire of a token-less, deadline-less, uninterruptible caller.
+pub fn forever() -> Wait<'static, std::convert::Infallible> {
+    Wait::default()
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn is<T: Send + Sync>() {}
+    is::<Lock>();
+    is::<SharableLock>();
+    is::<LockView>();
+    is::<CancelToken>();
+    is::<Unlock>();
+}

@@ -1,0 +1,348 @@
+//! The slot: one state word and one wait queue, shared by `Lock`, both views of
+//! `SharableLock`, blocked threads and asyncio tasks (this is ctxlock's `batch_semaphore`).
+//!
+//! Go's ctxlock acquires by putting the one token into a channel of capacity one inside
+//! a `select` on the context; here the uncontended acquire is one CAS on the state word
+//! (see `state.rs`) and a release with nobody waiting is one CAS back. Only when the
+//! CAS fails does an acquirer take the queue mutex, re-check the state under it
+//! (parking_lot's "validate") and queue.
+//!
+//! Every change of hands that involves the queue goes through [`Slot::settle`], under
+//! the queue mutex: it applies the release (if any), asks the grant policy whom to hand
+//! the slot to, writes the new state with one CAS, and only then marks the grantees
+//! `GRANTED`. A waiter that gives up calls [`Slot::abandon`], which settles too, so a
+//! timed-out writer lets the readers it held back in at once, and a cancelled head
+//! waiter never strands the ones behind it (the bug x/sync's semaphore fixed in 2020).
+//!
+//! Grant policy (hand-off vs barging):
+//! - `Policy::Fair` (fair `Lock`, `SharableLock`): always hand-off, in FIFO order;
+//!   SharableLock is phase-fair: an exclusive release grants every queued reader, the
+//!   last reader out grants the head writer.
+//! - `Policy::Barging` (default `Lock`): a release wakes the head thread to re-compete
+//!   (a running thread may take the slot first, which keeps throughput under the GIL),
+//!   unless it has waited `FAIR_AFTER` since it first queued, or it is an asyncio task:
+//!   then it is handed the slot (CPython 3.13's and parking_lot's eventual fairness).
+
+use std::time::Duration;
+
+use super::queue::{WaitQueue, WakeList};
+use super::state::{readers, slot_held, ONE_READER, QUEUED, READERS_MASK, WRITER, WRITER_QUEUED};
+use super::sync::{lock, AtomicU64, AtomicUsize, Mutex, Ordering};
+use super::sync::Arc;
+use super::waiter::{Mode, Waiter, ABANDONED, GRANTED, RETRY, WAITING};
+
+/// How long a queued thread may be overtaken by barging before the next release hands
+/// the slot to it directly (CPython's `TIME_TO_BE_FAIR_NS`).
+pub(crate) const FAIR_AFTER: Duration = Duration::from_millis(1);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Policy {
+    Barging,
+    Fair,
+}
+
+/// Whom one pass of the grant policy hands the slot to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Grant {
+    Nobody,
+    /// The head exclusive waiter, by hand-off.
+    Writer,
+    /// The head exclusive waiter is woken to re-compete (barging policy).
+    Retry,
+    /// Every queued shared waiter joins the reader group.
+    Readers,
+}
+
+pub(crate) struct Slot {
+    /// The lock word; its bits, table and invariants are in `state.rs`.
+    state: AtomicUsize,
+    queue: Mutex<WaitQueue>,
+    policy: Policy,
+    /// A word the embedding layer may use to remember who holds the slot (the Python
+    /// layer stores the thread of an event loop whose task holds it, to detect a
+    /// blocking acquire that could never succeed). The core never reads it.
+    owner_tag: AtomicU64,
+}
+
+impl Slot {
+    pub(crate) fn new(policy: Policy) -> Self {
+        Slot { state: AtomicUsize::new(0), queue: Mutex::new(WaitQueue::default()), policy, owner_tag: AtomicU64::new(0) }
+    }
+
+    pub(crate) fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// A snapshot of the state word, for `locked()` and statistics.
+    pub(crate) fn state(&self) -> usize {
+        // ORDERING: a snapshot for reporting; it orders nothing.
+        self.state.load(Ordering::Relaxed)
+    }
+
+    /// The uncontended acquire: one CAS, no mutex, no clock.
+    #[inline]
+    pub(crate) fn try_lock(&self, mode: Mode) -> bool {
+        match mode {
+            Mode::Exclusive => {
+                // ORDERING: Acquire on success pairs with the Release of the previous
+                // release, so its critical section happens-before ours. Failure reads
+                // nothing we rely on.
+                self.state.compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Relaxed).is_ok()
+                    || (self.policy == Policy::Barging && self.try_barge())
+            }
+            Mode::Shared => self.try_join_readers(),
+        }
+    }
+
+    /// Take a free slot even though waiters are queued (barging policy only).
+    #[cold]
+    fn try_barge(&self) -> bool {
+        // ORDERING: Relaxed load; the CAS below is what takes the slot.
+        let mut s = self.state.load(Ordering::Relaxed);
+        while !slot_held(s) {
+            // ORDERING: Acquire as in `try_lock`.
+            match self.state.compare_exchange_weak(s, s | WRITER, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(actual) => s = actual,
+            }
+        }
+        false
+    }
+
+    /// Join the reader group unless a writer holds the slot or waits for it.
+    #[inline]
+    fn try_join_readers(&self) -> bool {
+        // Guess the uncontended state first: one CAS when nobody else is around.
+        let mut s = 0;
+        loop {
+            if s & (WRITER | WRITER_QUEUED) != 0 {
+                return false;
+            }
+            debug_assert!(readers(s) < READERS_MASK >> 3, "BUG: reader count overflow");
+            // ORDERING: Acquire on success pairs with the Release of the writer that freed
+            // the slot; failure only feeds the next attempt.
+            match self.state.compare_exchange_weak(s, s + ONE_READER, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(actual) => s = actual,
+            }
+        }
+    }
+
+    /// Give back one hold of `mode`. Returns false (and changes nothing) if the slot
+    /// was not held in that mode, which only a misused `__exit__` can cause.
+    #[inline]
+    pub(crate) fn release(&self, mode: Mode) -> bool {
+        match mode {
+            Mode::Exclusive => {
+                // ORDERING: Release publishes the critical section to the next Acquire CAS.
+                if self.state.compare_exchange(WRITER, 0, Ordering::Release, Ordering::Relaxed).is_ok() {
+                    return true;
+                }
+            }
+            Mode::Shared => {
+                let mut s = ONE_READER;
+                loop {
+                    if readers(s) == 0 || (readers(s) == 1 && s & QUEUED != 0) {
+                        break;
+                    }
+                    // ORDERING: Release publishes the reader's critical section to the
+                    // writer that next takes the slot.
+                    match self.state.compare_exchange_weak(
+                        s,
+                        s - ONE_READER,
+                        Ordering::Release,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => return true,
+                        Err(actual) => s = actual,
+                    }
+                }
+            }
+        }
+        self.release_slow(mode)
+    }
+
+    /// A release that must look at the queue (or finds the slot not held).
+    #[cold]
+    fn release_slow(&self, mode: Mode) -> bool {
+        let mut wake = WakeList::default();
+        let released = {
+            let mut q = lock(&self.queue);
+            self.settle(&mut q, Some(mode), &mut wake)
+        };
+        wake.wake_all();
+        released
+    }
+
+    /// Under the queue mutex: take the slot for `w` if the policy allows, else queue
+    /// `w` (keeping its old place if it queued before). True if `w` now holds the slot.
+    pub(crate) fn acquire_or_queue(&self, q: &mut WaitQueue, w: &Arc<Waiter>) -> bool {
+        // ORDERING: Relaxed load; the CAS below decides.
+        let mut s = self.state.load(Ordering::Relaxed);
+        loop {
+            let take = match w.mode {
+                Mode::Exclusive => !slot_held(s) && (self.policy == Policy::Barging || q.is_empty()),
+                Mode::Shared => s & (WRITER | WRITER_QUEUED) == 0,
+            };
+            debug_assert!(
+                take || slot_held(s) || self.policy == Policy::Barging,
+                "BUG: a fair slot is free while waiters are queued"
+            );
+            let new = match (take, w.mode) {
+                (true, Mode::Exclusive) => s | WRITER,
+                (true, Mode::Shared) => s + ONE_READER,
+                (false, Mode::Exclusive) => s | QUEUED | WRITER_QUEUED,
+                (false, Mode::Shared) => s | QUEUED,
+            };
+            // ORDERING: Acquire when taking the slot, as in `try_lock`. When queueing, the
+            // CAS only has to fail if a release slipped in since the load, so that we
+            // re-check instead of sleeping on a free slot; the mutex orders the rest.
+            match self.state.compare_exchange_weak(s, new, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => {
+                    if !take {
+                        w.set_status(WAITING);
+                        q.push(w.clone());
+                    }
+                    return take;
+                }
+                Err(actual) => s = actual,
+            }
+        }
+    }
+
+    /// Take `w` out of the queue without the lock (deadline, cancellation, signal,
+    /// dropped task). Returns false if `w` was granted first: then it holds the lock and
+    /// the caller must keep or release it. The one race-resolution path for every cause.
+    pub(crate) fn abandon(&self, w: &Arc<Waiter>) -> bool {
+        let mut wake = WakeList::default();
+        let left = {
+            let mut q = lock(&self.queue);
+            // ORDERING: status only changes under the mutex we hold.
+            match w.status.load(Ordering::Relaxed) {
+                GRANTED => false,
+                ABANDONED => true,
+                status => {
+                    if status == WAITING {
+                        let removed = q.remove(w);
+                        debug_assert!(removed, "BUG: a WAITING waiter was not queued");
+                    }
+                    w.set_status(ABANDONED);
+                    // A RETRY waiter was the one chosen to take a free slot: passing on
+                    // the baton is settle's job, as is clearing the QUEUED bits.
+                    self.settle(&mut q, None, &mut wake);
+                    true
+                }
+            }
+        };
+        wake.wake_all();
+        left
+    }
+
+    /// Under the queue mutex: apply `release` (if any), run the grant policy, make the
+    /// state word agree with the queue, then mark the grantees. Returns false if
+    /// `release` names a hold that does not exist (nothing is changed then).
+    fn settle(&self, q: &mut WaitQueue, release: Option<Mode>, wake: &mut WakeList) -> bool {
+        // ORDERING: Relaxed load; the CAS below decides.
+        let mut s = self.state.load(Ordering::Relaxed);
+        let grant = loop {
+            let freed = match release {
+                Some(Mode::Exclusive) if s & WRITER == 0 => return false,
+                Some(Mode::Shared) if readers(s) == 0 => return false,
+                Some(Mode::Exclusive) => s & !WRITER,
+                Some(Mode::Shared) => s - ONE_READER,
+                None => s,
+            };
+            // Phase fairness: after an exclusive hold readers go first, after the last
+            // reader the head writer does.
+            let grant = self.plan(q, freed, release != Some(Mode::Shared));
+            let (held, exclusive_left, shared_left) = match grant {
+                Grant::Nobody => (freed, q.len() - q.shared_len(), q.shared_len()),
+                Grant::Writer => (freed | WRITER, q.len() - q.shared_len() - 1, q.shared_len()),
+                Grant::Retry => (freed, q.len() - q.shared_len() - 1, q.shared_len()),
+                Grant::Readers => {
+                    (freed + q.shared_len() * ONE_READER, q.len() - q.shared_len(), 0)
+                }
+            };
+            let mut new = held & !(QUEUED | WRITER_QUEUED);
+            if exclusive_left + shared_left > 0 {
+                new |= QUEUED;
+            }
+            if exclusive_left > 0 {
+                new |= WRITER_QUEUED;
+            }
+            // ORDERING: AcqRel. Release publishes a releaser's critical section to the
+            // next fast-path acquirer, and (with the Release store of GRANTED) to the
+            // grantees; Acquire makes the previous holder's writes ours before we pass
+            // the slot on from an abandon.
+            match self.state.compare_exchange_weak(s, new, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => break grant,
+                Err(actual) => s = actual,
+            }
+        };
+        match grant {
+            Grant::Nobody => {}
+            Grant::Writer | Grant::Retry => {
+                let w = q.pop_exclusive().expect("BUG: planned a writer grant on an empty queue");
+                w.set_status(if grant == Grant::Writer { GRANTED } else { RETRY });
+                wake.push(w);
+            }
+            Grant::Readers => {
+                for w in q.drain_shared() {
+                    w.set_status(GRANTED);
+                    wake.push(w);
+                }
+            }
+        }
+        true
+    }
+
+    /// The grant policy: given the state after any release, whom to hand the slot to.
+    fn plan(&self, q: &WaitQueue, s: usize, readers_first: bool) -> Grant {
+        if s & WRITER != 0 || q.is_empty() {
+            return Grant::Nobody;
+        }
+        if readers(s) > 0 {
+            // The reader group holds the slot: queued readers may join only once no
+            // writer waits any more (a waiting writer timed out or was cancelled).
+            return if !q.has_exclusive() && q.shared_len() > 0 {
+                Grant::Readers
+            } else {
+                Grant::Nobody
+            };
+        }
+        if q.shared_len() > 0 && (readers_first || !q.has_exclusive()) {
+            return Grant::Readers;
+        }
+        let head = q.head_exclusive().expect("BUG: a non-empty queue with no waiter");
+        if self.policy == Policy::Barging && !head.is_task() && !waited_long_enough(head) {
+            Grant::Retry
+        } else {
+            Grant::Writer
+        }
+    }
+
+    /// How many waiters are queued (for statistics and tests).
+    pub(crate) fn queued(&self) -> usize {
+        lock(&self.queue).len()
+    }
+
+    pub(crate) fn owner_tag(&self) -> &AtomicU64 {
+        &self.owner_tag
+    }
+
+    pub(crate) fn queue(&self) -> &Mutex<WaitQueue> {
+        &self.queue
+    }
+}
+
+#[cfg(not(loom))]
+fn waited_long_enough(w: &Waiter) -> bool {
+    w.since.elapsed() >= FAIR_AFTER
+}
+
+/// loom cannot model time; the model always takes the barging branch, and the
+/// hand-off branch is the one the fair policy takes.
+#[cfg(loom)]
+fn waited_long_enough(_: &Waiter) -> bool {
+    false
+}

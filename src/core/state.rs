@@ -1,0 +1,66 @@
+//! The lock word: Go's one slot, its reader group and its waiting-writer count, in one
+//! `AtomicUsize` (parking_lot's named-bit style).
+//!
+//! Go's ctxlock keeps a channel of capacity one (the slot), a helper goroutine that
+//! holds the slot while `readers > 0`, and a `want` counter of waiting writers that
+//! keeps new readers out. Here the slot is held either by one exclusive holder
+//! (`WRITER`) or by the reader group (`readers > 0`); `WRITER_QUEUED` is `want > 0`.
+//!
+//! # State table
+//! `WRITER` | readers | `QUEUED` | `WRITER_QUEUED` | meaning
+//! -------- | ------- | -------- | --------------- | -------
+//!    0     |    0    |    0     |        0        | free: a fast-path CAS takes it
+//!    1     |    0    |    0     |        0        | held exclusively, nobody waits: release is one CAS
+//!    0     |   n>0   |    0     |        0        | held by a reader group of n; readers join with one CAS
+//!    1     |    0    |    1     |       0/1       | held exclusively, waiters queued: release goes through the queue
+//!    0     |   n>0   |    1     |        1        | readers hold, a writer waits: new readers queue (no writer starvation)
+//!    0     |    0    |    1     |        0        | only in a barging `Lock`: a woken waiter is re-competing for the slot
+//!
+//! # Invariants
+//! 1. `WRITER` ⇒ readers == 0 (the slot has one holder: a writer or the reader group).
+//! 2. `QUEUED` ⇔ the wait queue is non-empty, and `WRITER_QUEUED` ⇔ it holds an
+//!    exclusive waiter. Both bits are set and cleared **only with the queue mutex held**;
+//!    the fast paths read them but never change them.
+//! 3. Readers are queued only while `WRITER` or `WRITER_QUEUED` is set, so a free slot
+//!    never has readers waiting.
+//! 4. With hand-off (fair `Lock`, `SharableLock`, any asyncio waiter at the head),
+//!    `QUEUED` ⇒ the slot is held: a release with waiters passes the slot on without
+//!    ever leaving it free. Only the barging `Lock` has the last row of the table.
+
+/// The slot is held by one exclusive holder.
+pub(crate) const WRITER: usize = 1;
+/// The wait queue is non-empty; changed only under the queue mutex.
+pub(crate) const QUEUED: usize = 1 << 1;
+/// An exclusive waiter is queued (Go's `want > 0`); changed only under the queue mutex.
+pub(crate) const WRITER_QUEUED: usize = 1 << 2;
+/// One member of the reader group.
+pub(crate) const ONE_READER: usize = 1 << 3;
+/// The reader-group count.
+pub(crate) const READERS_MASK: usize = !(ONE_READER - 1);
+
+/// How many readers hold the slot.
+#[inline]
+pub(crate) const fn readers(state: usize) -> usize {
+    state >> ONE_READER.trailing_zeros()
+}
+
+/// Whether anyone (a writer or the reader group) holds the slot.
+#[inline]
+pub(crate) const fn slot_held(state: usize) -> bool {
+    state & (WRITER | READERS_MASK) != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bits_do_not_overlap() {
+        assert_eq!(WRITER & QUEUED & WRITER_QUEUED & READERS_MASK, 0);
+        assert_eq!(WRITER | QUEUED | WRITER_QUEUED | READERS_MASK, usize::MAX);
+        assert_eq!(readers(3 * ONE_READER | QUEUED), 3);
+        assert!(slot_held(ONE_READER));
+        assert!(slot_held(WRITER | QUEUED));
+        assert!(!slot_held(QUEUED | WRITER_QUEUED));
+    }
+}

@@ -1,0 +1,35 @@
+//! ctxlock: locks that take a deadline and a cancellation token, for threads and asyncio.
+//!
+//! The design is Go's ctxlock, built for speed:
+//!
+//! | Go ctxlock | here |
+//! |---|---|
+//! | `Lock`: a channel of capacity one | [`Lock`]: the slot, one CAS on a state word (`core/state.rs`) |
+//! | acquire = send inside `select { ctx.Done() }` | [`LockView::lock`]: fast CAS, else queue and park with the token |
+//! | unlock = receive | [`LockView::unlock`]: one CAS, or hand-off through the queue |
+//! | `SharableLock`: a helper goroutine holds the slot while `readers > 0` | the reader-group count in the state word holds the slot; no thread |
+//! | `want`: the count of waiting writers | `WRITER_QUEUED`: set while an exclusive waiter is queued |
+//! | `UnlockFunc`, a once-only function | [`Unlock`]: one atomic swap |
+//! | `UnlockOnCancel(ctx)` | [`Unlock::unlock_on_cancel`] |
+//! | `context.Context` with cause and deadline | [`CancelToken`] |
+//!
+//! Blocked threads and asynchronous waiters share one FIFO wait queue per lock
+//! (`core/queue.rs`); ownership moves to a waiter only by a CAS on the state word made
+//! under the queue mutex, and a waiter leaves without the lock only through one
+//! `abandon` path, whatever made it give up (`core/slot.rs`).
+//!
+//! The core is pure Rust. The Python extension (`ctxlock._ctxlock`) is the `python`
+//! feature, built by maturin.
+
+mod core;
+#[cfg(feature = "python")]
+mod python;
+
+pub use crate::core::cancel::{CancelToken, Reason, Registration};
+pub use crate::core::deadline::{BadTimeout, Timeout};
+pub use crate::core::error::AcquireError;
+pub use crate::core::lock::{forever, Lock, LockView, SharableLock};
+pub use crate::core::task::TaskWait;
+pub use crate::core::unlock::Unlock;
+pub use crate::core::wait::{Interrupt, Wait};
+pub use crate::core::waiter::Mode;

@@ -1,0 +1,40 @@
+//! Argument parsing shared by every acquire: errors name the parameter.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyFloat;
+
+use crate::core::deadline::{BadTimeout, Timeout};
+
+use super::cancel::PyCancelToken;
+
+/// `deadline=`/`timeout=`: seconds from now, `None` for no limit.
+#[inline]
+pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Timeout> {
+    let Some(value) = value else {
+        return Ok(Timeout::NEVER);
+    };
+    let secs = match value.cast::<PyFloat>() {
+        Ok(f) => f.value(),
+        Err(_) => value.extract::<f64>().map_err(|_| {
+            let ty = value.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
+            PyTypeError::new_err(format!("{name} must be a number of seconds or None, not {ty}"))
+        })?,
+    };
+    Timeout::from_secs(secs).map_err(|e| match e {
+        BadTimeout::NaN | BadTimeout::Negative => PyValueError::new_err(format!("{name} {e}, got {secs}")),
+    })
+}
+
+/// `cancel=`: a `CancelToken` or `None`.
+#[inline]
+pub(crate) fn token<'a, 'py>(value: Option<&'a Bound<'py, PyAny>>) -> PyResult<Option<&'a Bound<'py, PyCancelToken>>> {
+    match value {
+        None => Ok(None),
+        Some(v) if v.is_none() => Ok(None),
+        Some(v) => v.cast::<PyCancelToken>().map(Some).map_err(|_| {
+            let ty = v.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
+            PyTypeError::new_err(format!("cancel must be a CancelToken or None, not {ty}"))
+        }),
+    }
+}

@@ -1,0 +1,76 @@
+//! The single "wait with the GIL released, wake for signals" helper every blocking call uses.
+//!
+//! The GIL is released only here, after the fast path failed. In the main thread the
+//! wait is cut into `SIGNAL_SLICE` slices; after each the thread re-attaches and runs
+//! `PyErr_CheckSignals`, so Ctrl-C and other handlers run within about one slice (the
+//! parkers swallow EINTR, so a signal alone does not end the park). Other threads wait
+//! in one piece: Python runs signal handlers only in the main thread.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use pyo3::prelude::*;
+
+use crate::core::cancel::CancelToken;
+use crate::core::error::AcquireError;
+use crate::core::lock::LockView;
+use crate::core::wait::{Interrupt, Wait};
+
+/// How often a blocked main thread runs signal handlers.
+pub(crate) const SIGNAL_SLICE: Duration = Duration::from_millis(20);
+
+static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// A process-unique number for the calling thread (never 0).
+    static THREAD: u64 = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+    /// Whether this is Python's main thread, asked once per thread on the slow path.
+    static MAIN: Cell<Option<bool>> = const { Cell::new(None) };
+}
+
+/// A process-unique number for the calling thread.
+pub(crate) fn thread_ident() -> u64 {
+    // ORDERING: Relaxed is enough for a counter handing out distinct numbers: RMWs on one
+    // atomic never hand out the same value twice.
+    THREAD.with(|t| *t)
+}
+
+fn in_main_thread(py: Python<'_>) -> bool {
+    MAIN.with(|main| {
+        if let Some(m) = main.get() {
+            return m;
+        }
+        let ask = || -> PyResult<bool> {
+            let threading = py.import("threading")?;
+            Ok(threading.call_method0("current_thread")?.is(&threading.call_method0("main_thread")?))
+        };
+        let m = ask().unwrap_or(false);
+        main.set(Some(m));
+        m
+    })
+}
+
+fn check_signals() -> Result<(), PyErr> {
+    Python::attach(|py| py.check_signals())
+}
+
+/// Block until `park` returns, with the GIL released, running signal handlers in the main
+/// thread. `park` gets the interrupt to pass into the core's wait.
+pub(crate) fn detached<T: Send>(
+    py: Python<'_>,
+    park: impl FnOnce(Option<Interrupt<PyErr>>) -> T + Send,
+) -> T {
+    let interrupt = in_main_thread(py).then_some(Interrupt { every: SIGNAL_SLICE, check: check_signals });
+    py.detach(move || park(interrupt))
+}
+
+/// The slow path of a blocking acquire.
+pub(crate) fn lock(
+    py: Python<'_>,
+    view: &LockView,
+    cancel: Option<&CancelToken>,
+    deadline: Option<Instant>,
+) -> Result<(), AcquireError<PyErr>> {
+    detached(py, |interrupt| view.lock_slow(Wait { deadline, cancel, interrupt }))
+}

@@ -1,0 +1,233 @@
+//! `ctxlock.Lock`, and the members it shares with the `SharableLock` views.
+//!
+//! Every acquire runs the same three steps: parse the arguments (no clock), check the
+//! token and try the CAS with the GIL held; only if the CAS fails does it go to the
+//! `#[cold]` contended path, which reads the clock and releases the GIL while it waits.
+//! `with lock:` uses the CAS directly and creates no `Unlock` object.
+
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+
+use crate::core::cancel::CancelToken;
+use crate::core::deadline::Timeout;
+use crate::core::lock::{Lock, LockView};
+use crate::core::waiter::Mode;
+
+use super::args;
+use super::blocking::{self, thread_ident};
+use super::cancel::PyCancelToken;
+use super::errors::{cancelled, to_pyerr, LockTimeout, WouldBlock};
+use super::unlock::PyUnlock;
+
+/// Self-deadlock detection: while an asyncio task holds a lock exclusively, the slot's
+/// owner tag is the thread of that task's event loop. A blocking acquire on that thread
+/// would block the loop, so the task could never release: it raises instead.
+pub(crate) struct TaskOwner;
+
+impl TaskOwner {
+    pub(crate) fn set(view: &LockView) {
+        if view.mode() == Mode::Exclusive {
+            view.set_owner_tag(thread_ident());
+        }
+    }
+
+    pub(crate) fn clear(view: &LockView) {
+        if view.mode() == Mode::Exclusive {
+            view.set_owner_tag(0);
+        }
+    }
+
+    fn check(view: &LockView) -> PyResult<()> {
+        if view.owner_tag() == thread_ident() {
+            return Err(PyRuntimeError::new_err(
+                "deadlock: a blocking acquire on an event loop's thread while a task of that loop \
+                 holds the lock; use `await lock.acquire_async()` in the event loop",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `acquire(cancel, *, deadline, blocking)` up to the hold; the caller wraps it.
+#[inline]
+pub(crate) fn lock(
+    py: Python<'_>,
+    view: &LockView,
+    cancel: Option<&Bound<'_, PyAny>>,
+    deadline: Option<&Bound<'_, PyAny>>,
+    blocking: bool,
+) -> PyResult<()> {
+    let timeout = args::timeout(deadline, "deadline")?;
+    let token = args::token(cancel)?.map(|t| &t.get().token);
+    if !blocking && !timeout.is_never() {
+        return Err(PyValueError::new_err("deadline cannot be given with blocking=False"));
+    }
+    if let Some(t) = token {
+        if t.is_cancelled() {
+            return Err(token_error(py, t));
+        }
+    }
+    if view.try_lock() {
+        return Ok(());
+    }
+    lock_contended(py, view, token, timeout, blocking)
+}
+
+#[cold]
+fn lock_contended(
+    py: Python<'_>,
+    view: &LockView,
+    token: Option<&CancelToken>,
+    timeout: Timeout,
+    blocking: bool,
+) -> PyResult<()> {
+    if !blocking {
+        return Err(WouldBlock::new_err("the lock is taken"));
+    }
+    if timeout.is_now() {
+        return Err(LockTimeout::new_err("the lock is taken (deadline=0)"));
+    }
+    TaskOwner::check(view)?;
+    blocking::lock(py, view, token, timeout.deadline()).map_err(|e| to_pyerr(py, e))
+}
+
+pub(crate) fn token_error(py: Python<'_>, t: &CancelToken) -> PyErr {
+    match t.reason() {
+        Some(r) => cancelled(py, &r),
+        None => PyRuntimeError::new_err("BUG: a cancelled token has no reason"),
+    }
+}
+
+/// `__enter__`: the CAS, else the contended path with no deadline and no token.
+#[inline]
+pub(crate) fn enter(py: Python<'_>, view: &LockView) -> PyResult<()> {
+    if view.try_lock() {
+        return Ok(());
+    }
+    lock_contended(py, view, None, Timeout::NEVER, true)
+}
+
+/// `__exit__`/`__aexit__`: release a hold taken by `with`/`async with`.
+#[inline]
+pub(crate) fn exit(view: &LockView) -> PyResult<()> {
+    if view.unlock() {
+        return Ok(());
+    }
+    Err(PyRuntimeError::new_err("release of a lock that is not held"))
+}
+
+/// The members `Lock` and `LockView` share, generated for both classes (a `#[pymethods]`
+/// block cannot be inherited, and a Python base class would make the views subclassable).
+macro_rules! lock_methods {
+    ($class:ident { $($extra:tt)* }) => {
+        #[pymethods]
+        impl $class {
+            $($extra)*
+
+            #[pyo3(signature = (cancel = None, *, deadline = None, blocking = true))]
+            fn acquire(
+                &self,
+                py: Python<'_>,
+                cancel: Option<&Bound<'_, PyAny>>,
+                deadline: Option<&Bound<'_, PyAny>>,
+                blocking: bool,
+            ) -> PyResult<PyUnlock> {
+                let view = self.view();
+                $crate::python::lock::lock(py, view, cancel, deadline, blocking)?;
+                Ok(PyUnlock::new(view, false))
+            }
+
+            fn try_acquire(&self) -> Option<PyUnlock> {
+                let view = self.view();
+                view.try_lock().then(|| PyUnlock::new(view, false))
+            }
+
+            fn locked(&self) -> bool {
+                self.view().is_locked()
+            }
+
+            fn __enter__(&self, py: Python<'_>) -> PyResult<()> {
+                $crate::python::lock::enter(py, self.view())
+            }
+
+            fn __exit__(
+                &self,
+                _exc_type: &Bound<'_, PyAny>,
+                _exc: &Bound<'_, PyAny>,
+                _tb: &Bound<'_, PyAny>,
+            ) -> PyResult<()> {
+                $crate::python::lock::exit(self.view())
+            }
+
+            #[pyo3(signature = (cancel = None, *, deadline = None))]
+            fn acquire_async<'py>(
+                slf: &Bound<'py, Self>,
+                cancel: Option<&Bound<'py, PyAny>>,
+                deadline: Option<&Bound<'py, PyAny>>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                $crate::python::asyncio::acquire(slf.as_any(), slf.get().view(), cancel, deadline)
+            }
+
+            fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+                $crate::python::asyncio::enter(slf.as_any(), slf.get().view())
+            }
+
+            fn __aexit__<'py>(
+                &self,
+                py: Python<'py>,
+                _exc_type: &Bound<'py, PyAny>,
+                _exc: &Bound<'py, PyAny>,
+                _tb: &Bound<'py, PyAny>,
+            ) -> PyResult<Bound<'py, PyAny>> {
+                $crate::python::asyncio::exit(py, self.view())
+            }
+
+            fn _queue_task(
+                &self,
+                loop_: Py<PyAny>,
+                fut: Py<PyAny>,
+            ) -> $crate::python::asyncio::Waiting {
+                $crate::python::asyncio::Waiting::queue(self.view(), loop_, fut)
+            }
+
+            fn __reduce__(&self) -> PyResult<()> {
+                Err(PyTypeError::new_err(concat!("cannot pickle '", stringify!($class), "' object")))
+            }
+        }
+    };
+}
+pub(crate) use lock_methods;
+
+#[pyclass(name = "Lock", module = "ctxlock", frozen)]
+pub(crate) struct PyLock {
+    lock: Lock,
+}
+
+impl PyLock {
+    #[inline]
+    fn view(&self) -> &LockView {
+        &self.lock
+    }
+}
+
+lock_methods!(PyLock {
+    #[new]
+    #[pyo3(signature = (*, fair = false))]
+    fn new(fair: bool) -> Self {
+        PyLock { lock: if fair { Lock::fair() } else { Lock::new() } }
+    }
+
+    #[getter]
+    fn fair(&self) -> bool {
+        self.lock.is_fair()
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.lock.is_locked() { "locked" } else { "unlocked" };
+        format!("<ctxlock.Lock {state} fair={} waiting={}>", if self.lock.is_fair() { "True" } else { "False" }, self.lock.queued())
+    }
+});
+
+// Keep the imports used only inside the macro expansion visible to it.
+#[allow(unused_imports)]
+use PyCancelToken as _;
