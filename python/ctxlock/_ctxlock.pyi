@@ -23,7 +23,7 @@ class CancelToken:
         TypeError: ``deadline`` is not a number.
     """
 
-    def __init__(self, *, deadline: float | None = None) -> None: ...
+    def __new__(cls, *, deadline: float | None = None) -> CancelToken: ...
     def child(self, *, deadline: float | None = None) -> CancelToken:
         """A token cancelled with this one (and its reason) or by its own deadline.
 
@@ -37,7 +37,10 @@ class CancelToken:
         """True once the token has been cancelled."""
     @property
     def reason(self) -> object:
-        """The reason given to the first ``cancel()``; ``None`` until then (Go's ``context.Cause``)."""
+        """The reason given to the first ``cancel()``; ``None`` until then.
+
+        Go's ``context.Cause``.
+        """
     @property
     def deadline(self) -> float | None:
         """The effective deadline on the ``time.monotonic()`` clock, or ``None``."""
@@ -95,7 +98,7 @@ class Lock:
     waiters are always served in FIFO order by hand-off.
     """
 
-    def __init__(self, *, fair: bool = False) -> None: ...
+    def __new__(cls, *, fair: bool = False) -> Lock: ...
     @property
     def fair(self) -> bool:
         """Whether the lock hands over in strict FIFO order."""
@@ -238,7 +241,7 @@ class SharableLock:
     An exclusive waiter that gives up lets the readers it held back in at once.
     """
 
-    def __init__(self) -> None: ...
+    def __new__(cls) -> SharableLock: ...
     @property
     def shared(self) -> LockView: ...
     @property

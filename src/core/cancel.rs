@@ -128,7 +128,10 @@ impl CancelToken {
     /// cancelled (then `None` is returned), else in the thread that cancels.
     pub fn on_cancel(&self, f: impl FnOnce(&Reason) + Send + 'static) -> Option<Registration> {
         match self.0.register(Box::new(f)) {
-            Ok(id) => Some(Registration { node: self.0.clone(), id }),
+            Ok(id) => Some(Registration {
+                node: self.0.clone(),
+                id,
+            }),
             Err((reason, f)) => {
                 f(&reason);
                 None
@@ -170,7 +173,9 @@ impl Node {
                     }
                 }
             });
-            let timer_key = own_deadline.as_ref().map(|(at, _)| timer::schedule(*at, me.clone()));
+            let timer_key = own_deadline
+                .as_ref()
+                .map(|(at, _)| timer::schedule(*at, me.clone()));
             Node {
                 cancelled: AtomicBool::new(false),
                 inner: Mutex::new(Inner::default()),
@@ -329,11 +334,17 @@ mod tests {
     fn deadlines_cancel_through_the_timer() {
         let soon = Instant::now() + Duration::from_millis(30);
         let parent = CancelToken::new(Some((soon, reason("deadline"))));
-        let child = parent.child(Some((Instant::now() + Duration::from_secs(3600), reason("own"))));
+        let child = parent.child(Some((
+            Instant::now() + Duration::from_secs(3600),
+            reason("own"),
+        )));
         assert_eq!(child.deadline(), Some(soon));
         let (tx, rx) = std::sync::mpsc::channel();
         child.on_cancel(move |r| tx.send(text(r)).unwrap());
-        assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), "deadline");
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+            "deadline"
+        );
         assert!(parent.is_cancelled());
     }
 

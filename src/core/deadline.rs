@@ -90,7 +90,10 @@ mod tests {
         assert!(Timeout::from_secs(f64::INFINITY).unwrap().is_never());
         assert!(Timeout::from_secs(1e300).unwrap().is_never());
         assert!(Timeout::from_secs(0.0).unwrap().is_now());
-        assert_eq!(Timeout::from_secs(1.5).unwrap().duration(), Some(Duration::from_millis(1500)));
+        assert_eq!(
+            Timeout::from_secs(1.5).unwrap().duration(),
+            Some(Duration::from_millis(1500))
+        );
     }
 
     #[test]

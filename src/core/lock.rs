@@ -7,8 +7,8 @@
 //! through, so the blocking, asynchronous and non-blocking paths are the same code for
 //! every kind of lock.
 
-use std::task::Waker;
 use std::ops::Deref;
+use std::task::Waker;
 
 use super::cancel::CancelToken;
 use super::error::AcquireError;
@@ -57,7 +57,9 @@ impl LockView {
     pub fn lock<E>(&self, wait: Wait<'_, E>) -> Result<(), AcquireError<E>> {
         if let Some(t) = wait.cancel {
             if t.is_cancelled() {
-                return Err(AcquireError::Cancelled(t.reason().unwrap_or_else(|| std::sync::Arc::new(()))));
+                return Err(AcquireError::Cancelled(
+                    t.reason().unwrap_or_else(|| std::sync::Arc::new(())),
+                ));
             }
         }
         if self.try_lock() {
@@ -70,8 +72,15 @@ impl LockView {
     /// the token check themselves (the binding does, before it releases the GIL).
     #[cold]
     pub fn lock_slow<E>(&self, wait: Wait<'_, E>) -> Result<(), AcquireError<E>> {
-        if wait.deadline.is_some_and(|d| d <= std::time::Instant::now()) {
-            return if self.try_lock() { Ok(()) } else { Err(AcquireError::Timeout) };
+        if wait
+            .deadline
+            .is_some_and(|d| d <= std::time::Instant::now())
+        {
+            return if self.try_lock() {
+                Ok(())
+            } else {
+                Err(AcquireError::Timeout)
+            };
         }
         self.slot.acquire_slow(self.mode, wait)
     }
@@ -145,11 +154,17 @@ pub struct Lock(LockView);
 
 impl Lock {
     pub fn new() -> Lock {
-        Lock(LockView::new(Arc::new(Slot::new(Policy::Barging)), Mode::Exclusive))
+        Lock(LockView::new(
+            Arc::new(Slot::new(Policy::Barging)),
+            Mode::Exclusive,
+        ))
     }
 
     pub fn fair() -> Lock {
-        Lock(LockView::new(Arc::new(Slot::new(Policy::Fair)), Mode::Exclusive))
+        Lock(LockView::new(
+            Arc::new(Slot::new(Policy::Fair)),
+            Mode::Exclusive,
+        ))
     }
 
     pub fn is_fair(&self) -> bool {

@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use super::queue::{WaitQueue, WakeList};
 use super::state::{readers, slot_held, ONE_READER, QUEUED, READERS_MASK, WRITER, WRITER_QUEUED};
-use super::sync::{lock, AtomicU64, AtomicUsize, Mutex, Ordering};
 use super::sync::Arc;
+use super::sync::{lock, AtomicU64, AtomicUsize, Mutex, Ordering};
 use super::waiter::{Mode, Waiter, ABANDONED, GRANTED, RETRY, WAITING};
 
 /// How long a queued thread may be overtaken by barging before the next release hands
@@ -66,7 +66,12 @@ pub(crate) struct Slot {
 
 impl Slot {
     pub(crate) fn new(policy: Policy) -> Self {
-        Slot { state: AtomicUsize::new(0), queue: Mutex::new(WaitQueue::default()), policy, owner_tag: AtomicU64::new(0) }
+        Slot {
+            state: AtomicUsize::new(0),
+            queue: Mutex::new(WaitQueue::default()),
+            policy,
+            owner_tag: AtomicU64::new(0),
+        }
     }
 
     pub(crate) fn policy(&self) -> Policy {
@@ -87,7 +92,9 @@ impl Slot {
                 // ORDERING: Acquire on success pairs with the Release of the previous
                 // release, so its critical section happens-before ours. Failure reads
                 // nothing we rely on.
-                self.state.compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Relaxed).is_ok()
+                self.state
+                    .compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
                     || (self.policy == Policy::Barging && self.try_barge())
             }
             Mode::Shared => self.try_join_readers(),
@@ -101,7 +108,12 @@ impl Slot {
         let mut s = self.state.load(Ordering::Relaxed);
         while !slot_held(s) {
             // ORDERING: Acquire as in `try_lock`.
-            match self.state.compare_exchange_weak(s, s | WRITER, Ordering::Acquire, Ordering::Relaxed) {
+            match self.state.compare_exchange_weak(
+                s,
+                s | WRITER,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return true,
                 Err(actual) => s = actual,
             }
@@ -121,7 +133,12 @@ impl Slot {
             debug_assert!(readers(s) < READERS_MASK >> 3, "BUG: reader count overflow");
             // ORDERING: Acquire on success pairs with the Release of the writer that freed
             // the slot; failure only feeds the next attempt.
-            match self.state.compare_exchange_weak(s, s + ONE_READER, Ordering::Acquire, Ordering::Relaxed) {
+            match self.state.compare_exchange_weak(
+                s,
+                s + ONE_READER,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => return true,
                 Err(actual) => s = actual,
             }
@@ -135,7 +152,11 @@ impl Slot {
         match mode {
             Mode::Exclusive => {
                 // ORDERING: Release publishes the critical section to the next Acquire CAS.
-                if self.state.compare_exchange(WRITER, 0, Ordering::Release, Ordering::Relaxed).is_ok() {
+                if self
+                    .state
+                    .compare_exchange(WRITER, 0, Ordering::Release, Ordering::Relaxed)
+                    .is_ok()
+                {
                     return true;
                 }
             }
@@ -181,7 +202,9 @@ impl Slot {
         let mut s = self.state.load(Ordering::Relaxed);
         loop {
             let take = match w.mode {
-                Mode::Exclusive => !slot_held(s) && (self.policy == Policy::Barging || q.is_empty()),
+                Mode::Exclusive => {
+                    !slot_held(s) && (self.policy == Policy::Barging || q.is_empty())
+                }
                 Mode::Shared => s & (WRITER | WRITER_QUEUED) == 0,
             };
             debug_assert!(
@@ -197,7 +220,10 @@ impl Slot {
             // ORDERING: Acquire when taking the slot, as in `try_lock`. When queueing, the
             // CAS only has to fail if a release slipped in since the load, so that we
             // re-check instead of sleeping on a free slot; the mutex orders the rest.
-            match self.state.compare_exchange_weak(s, new, Ordering::Acquire, Ordering::Relaxed) {
+            match self
+                .state
+                .compare_exchange_weak(s, new, Ordering::Acquire, Ordering::Relaxed)
+            {
                 Ok(_) => {
                     if !take {
                         w.set_status(WAITING);
@@ -259,9 +285,11 @@ impl Slot {
                 Grant::Nobody => (freed, q.len() - q.shared_len(), q.shared_len()),
                 Grant::Writer => (freed | WRITER, q.len() - q.shared_len() - 1, q.shared_len()),
                 Grant::Retry => (freed, q.len() - q.shared_len() - 1, q.shared_len()),
-                Grant::Readers => {
-                    (freed + q.shared_len() * ONE_READER, q.len() - q.shared_len(), 0)
-                }
+                Grant::Readers => (
+                    freed + q.shared_len() * ONE_READER,
+                    q.len() - q.shared_len(),
+                    0,
+                ),
             };
             let mut new = held & !(QUEUED | WRITER_QUEUED);
             if exclusive_left + shared_left > 0 {
@@ -274,7 +302,10 @@ impl Slot {
             // next fast-path acquirer, and (with the Release store of GRANTED) to the
             // grantees; Acquire makes the previous holder's writes ours before we pass
             // the slot on from an abandon.
-            match self.state.compare_exchange_weak(s, new, Ordering::AcqRel, Ordering::Relaxed) {
+            match self
+                .state
+                .compare_exchange_weak(s, new, Ordering::AcqRel, Ordering::Relaxed)
+            {
                 Ok(_) => break grant,
                 Err(actual) => s = actual,
             }
@@ -282,8 +313,14 @@ impl Slot {
         match grant {
             Grant::Nobody => {}
             Grant::Writer | Grant::Retry => {
-                let w = q.pop_exclusive().expect("BUG: planned a writer grant on an empty queue");
-                w.set_status(if grant == Grant::Writer { GRANTED } else { RETRY });
+                let w = q
+                    .pop_exclusive()
+                    .expect("BUG: planned a writer grant on an empty queue");
+                w.set_status(if grant == Grant::Writer {
+                    GRANTED
+                } else {
+                    RETRY
+                });
                 wake.push(w);
             }
             Grant::Readers => {
@@ -313,7 +350,9 @@ impl Slot {
         if q.shared_len() > 0 && (readers_first || !q.has_exclusive()) {
             return Grant::Readers;
         }
-        let head = q.head_exclusive().expect("BUG: a non-empty queue with no waiter");
+        let head = q
+            .head_exclusive()
+            .expect("BUG: a non-empty queue with no waiter");
         if self.policy == Policy::Barging && !head.is_task() && !waited_long_enough(head) {
             Grant::Retry
         } else {

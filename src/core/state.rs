@@ -58,7 +58,7 @@ mod tests {
     fn bits_do_not_overlap() {
         assert_eq!(WRITER & QUEUED & WRITER_QUEUED & READERS_MASK, 0);
         assert_eq!(WRITER | QUEUED | WRITER_QUEUED | READERS_MASK, usize::MAX);
-        assert_eq!(readers(3 * ONE_READER | QUEUED), 3);
+        assert_eq!(readers((3 * ONE_READER) | QUEUED), 3);
         assert!(slot_held(ONE_READER));
         assert!(slot_held(WRITER | QUEUED));
         assert!(!slot_held(QUEUED | WRITER_QUEUED));

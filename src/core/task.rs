@@ -22,7 +22,9 @@ pub struct TaskWait {
 impl TaskWait {
     pub(crate) fn start(view: LockView, waker: Waker) -> Option<TaskWait> {
         let waiter = Arc::new(Waiter::new(view.mode(), Notify::Task(waker)));
-        let acquired = view.slot().acquire_or_queue(&mut lock(view.slot().queue()), &waiter);
+        let acquired = view
+            .slot()
+            .acquire_or_queue(&mut lock(view.slot().queue()), &waiter);
         (!acquired).then_some(TaskWait { view, waiter })
     }
 

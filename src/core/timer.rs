@@ -32,7 +32,10 @@ fn timer() -> &'static Timer {
     let mut started = false;
     let t = TIMER.get_or_init(|| {
         started = true;
-        Timer { entries: Mutex::new(Entries::default()), changed: Condvar::new() }
+        Timer {
+            entries: Mutex::new(Entries::default()),
+            changed: Condvar::new(),
+        }
     });
     if started {
         std::thread::Builder::new()
@@ -63,10 +66,17 @@ impl Timer {
                     entries = self.lock();
                 }
                 Some((at, _)) => {
-                    entries = self.changed.wait_timeout(entries, at - now).unwrap_or_else(|e| e.into_inner()).0;
+                    entries = self
+                        .changed
+                        .wait_timeout(entries, at - now)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
                 }
                 None => {
-                    entries = self.changed.wait(entries).unwrap_or_else(|e| e.into_inner());
+                    entries = self
+                        .changed
+                        .wait(entries)
+                        .unwrap_or_else(|e| e.into_inner());
                 }
             }
         }
@@ -95,4 +105,3 @@ pub(crate) fn unschedule(key: Key) {
         drop(removed);
     }
 }
-

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::cancel::{CancelToken, Registration};
 use super::lock::LockView;
-use std::sync::Arc;
 use super::waiter::Mode;
+use std::sync::Arc;
 
 /// Releases one hold of a lock, once. Callable from any thread.
 pub struct Unlock {
@@ -19,7 +19,10 @@ pub struct Unlock {
 impl Unlock {
     /// Wrap a hold the caller owns (taken with `try_lock`/`lock` on `view`).
     pub fn new(view: LockView) -> Unlock {
-        Unlock { view, released: AtomicBool::new(false) }
+        Unlock {
+            view,
+            released: AtomicBool::new(false),
+        }
     }
 
     /// Release if still held; true if this call released.

@@ -36,7 +36,11 @@ pub struct Wait<'a, E> {
 
 impl<E> Default for Wait<'_, E> {
     fn default() -> Self {
-        Wait { deadline: None, cancel: None, interrupt: None }
+        Wait {
+            deadline: None,
+            cancel: None,
+            interrupt: None,
+        }
     }
 }
 
@@ -50,7 +54,10 @@ impl<E> Interrupt<E> {
 }
 
 /// Park once, until `until`, or one slice of `interrupt` and then its check.
-pub(crate) fn park_step<E>(interrupt: &Option<Interrupt<E>>, until: Option<Instant>) -> Result<(), E> {
+pub(crate) fn park_step<E>(
+    interrupt: &Option<Interrupt<E>>,
+    until: Option<Instant>,
+) -> Result<(), E> {
     match interrupt {
         Some(i) => i.park(until),
         None => {
@@ -62,7 +69,11 @@ pub(crate) fn park_step<E>(interrupt: &Option<Interrupt<E>>, until: Option<Insta
 
 impl Slot {
     /// Queue and wait. The caller has tried the fast path and checked the token.
-    pub(crate) fn acquire_slow<E>(&self, mode: Mode, mut wait: Wait<'_, E>) -> Result<(), AcquireError<E>> {
+    pub(crate) fn acquire_slow<E>(
+        &self,
+        mode: Mode,
+        mut wait: Wait<'_, E>,
+    ) -> Result<(), AcquireError<E>> {
         let waiter = Arc::new(Waiter::new(mode, Notify::Thread(current())));
         let registration = wait.cancel.and_then(|t| {
             let me = current();
@@ -75,7 +86,11 @@ impl Slot {
         result
     }
 
-    fn wait_for_grant<E>(&self, w: &Arc<Waiter>, wait: &mut Wait<'_, E>) -> Result<(), AcquireError<E>> {
+    fn wait_for_grant<E>(
+        &self,
+        w: &Arc<Waiter>,
+        wait: &mut Wait<'_, E>,
+    ) -> Result<(), AcquireError<E>> {
         let deadline = earliest(wait.deadline, wait.cancel.and_then(CancelToken::deadline));
         loop {
             if self.acquire_or_queue(&mut lock(self.queue()), w) {
@@ -132,7 +147,11 @@ fn cancelled<E>(t: &CancelToken) -> AcquireError<E> {
 
 impl CancelToken {
     /// Block until the token is cancelled (true) or `until` passes (false).
-    pub fn wait<E>(&self, until: Option<Instant>, interrupt: Option<Interrupt<E>>) -> Result<bool, E> {
+    pub fn wait<E>(
+        &self,
+        until: Option<Instant>,
+        interrupt: Option<Interrupt<E>>,
+    ) -> Result<bool, E> {
         if self.is_cancelled() {
             return Ok(true);
         }

@@ -17,23 +17,37 @@ pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<
     let secs = match value.cast::<PyFloat>() {
         Ok(f) => f.value(),
         Err(_) => value.extract::<f64>().map_err(|_| {
-            let ty = value.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
-            PyTypeError::new_err(format!("{name} must be a number of seconds or None, not {ty}"))
+            let ty = value
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_else(|_| "?".into());
+            PyTypeError::new_err(format!(
+                "{name} must be a number of seconds or None, not {ty}"
+            ))
         })?,
     };
     Timeout::from_secs(secs).map_err(|e| match e {
-        BadTimeout::NaN | BadTimeout::Negative => PyValueError::new_err(format!("{name} {e}, got {secs}")),
+        BadTimeout::NaN | BadTimeout::Negative => {
+            PyValueError::new_err(format!("{name} {e}, got {secs}"))
+        }
     })
 }
 
 /// `cancel=`: a `CancelToken` or `None`.
 #[inline]
-pub(crate) fn token<'a, 'py>(value: Option<&'a Bound<'py, PyAny>>) -> PyResult<Option<&'a Bound<'py, PyCancelToken>>> {
+pub(crate) fn token<'a, 'py>(
+    value: Option<&'a Bound<'py, PyAny>>,
+) -> PyResult<Option<&'a Bound<'py, PyCancelToken>>> {
     match value {
         None => Ok(None),
         Some(v) if v.is_none() => Ok(None),
         Some(v) => v.cast::<PyCancelToken>().map(Some).map_err(|_| {
-            let ty = v.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
+            let ty = v
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_else(|_| "?".into());
             PyTypeError::new_err(format!("cancel must be a CancelToken or None, not {ty}"))
         }),
     }

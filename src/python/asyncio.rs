@@ -33,7 +33,9 @@ use super::unlock::PyUnlock;
 /// The Python module `ctxlock._asyncio`.
 pub(crate) fn shim(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     static SHIM: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
-    Ok(SHIM.get_or_try_init(py, || py.import("ctxlock._asyncio").map(Bound::unbind))?.bind(py))
+    Ok(SHIM
+        .get_or_try_init(py, || py.import("ctxlock._asyncio").map(Bound::unbind))?
+        .bind(py))
 }
 
 /// `acquire_async(cancel, *, deadline)`.
@@ -53,7 +55,7 @@ pub(crate) fn acquire<'py>(
     }
     if view.try_lock() {
         let unlock = Bound::new(py, PyUnlock::new(view, true))?;
-        return Ready::new(py, Some(unlock.into_any().unbind()));
+        return Ready::finished(py, Some(unlock.into_any().unbind()));
     }
     if timeout.is_now() {
         return Ready::failed(py, LockTimeout::new_err("the lock is taken (deadline=0)"));
@@ -86,19 +88,38 @@ pub(crate) struct Ready {
 }
 
 impl Ready {
-    fn new(py: Python<'_>, value: Option<Py<PyAny>>) -> PyResult<Bound<'_, PyAny>> {
+    fn finished(py: Python<'_>, value: Option<Py<PyAny>>) -> PyResult<Bound<'_, PyAny>> {
         let value = value.unwrap_or_else(|| py.None());
-        Ok(Bound::new(py, Ready { result: Mutex::new(Some(Ok(value))) })?.into_any())
+        Ok(Bound::new(
+            py,
+            Ready {
+                result: Mutex::new(Some(Ok(value))),
+            },
+        )?
+        .into_any())
     }
 
     fn failed(py: Python<'_>, err: PyErr) -> PyResult<Bound<'_, PyAny>> {
-        Ok(Bound::new(py, Ready { result: Mutex::new(Some(Err(err))) })?.into_any())
+        Ok(Bound::new(
+            py,
+            Ready {
+                result: Mutex::new(Some(Err(err))),
+            },
+        )?
+        .into_any())
     }
 
     /// The shared, stateless "finished with None" awaitable of `async with`.
     fn done(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         static DONE: PyOnceLock<Py<Ready>> = PyOnceLock::new();
-        let done = DONE.get_or_try_init(py, || Py::new(py, Ready { result: Mutex::new(None) }))?;
+        let done = DONE.get_or_try_init(py, || {
+            Py::new(
+                py,
+                Ready {
+                    result: Mutex::new(None),
+                },
+            )
+        })?;
         Ok(done.bind(py).clone().into_any())
     }
 }
@@ -185,9 +206,17 @@ pub(crate) struct Waiting {
 
 impl Waiting {
     pub(crate) fn queue(view: &LockView, event_loop: Py<PyAny>, fut: Py<PyAny>) -> Waiting {
-        let bell = Arc::new(Doorbell { event_loop, fut, settle: OnceLock::new() });
+        let bell = Arc::new(Doorbell {
+            event_loop,
+            fut,
+            settle: OnceLock::new(),
+        });
         let wait = view.lock_task(Waker::from(bell.clone()));
-        let settle = Arc::new(Settle { wait, view: view.clone(), settled: AtomicBool::new(false) });
+        let settle = Arc::new(Settle {
+            wait,
+            view: view.clone(),
+            settled: AtomicBool::new(false),
+        });
         let _ = bell.settle.set(Arc::downgrade(&settle));
         Waiting { settle }
     }
@@ -215,7 +244,9 @@ impl Waiting {
     ) -> PyResult<Option<PyUnlock>> {
         let settle = &self.settle;
         if !settle.claim() {
-            return Err(PyRuntimeError::new_err("the wait was given up: its event loop could not be reached"));
+            return Err(PyRuntimeError::new_err(
+                "the wait was given up: its event loop could not be reached",
+            ));
         }
         let held = settle.take_or_leave();
         if let Some(t) = token.map(|t| &t.get().token) {
@@ -228,7 +259,9 @@ impl Waiting {
             }
         }
         if !held {
-            return Err(LockTimeout::new_err("the deadline passed before the lock was acquired"));
+            return Err(LockTimeout::new_err(
+                "the deadline passed before the lock was acquired",
+            ));
         }
         if want_unlock {
             Ok(Some(PyUnlock::new(&settle.view, true)))

@@ -43,7 +43,9 @@ fn in_main_thread(py: Python<'_>) -> bool {
         }
         let ask = || -> PyResult<bool> {
             let threading = py.import("threading")?;
-            Ok(threading.call_method0("current_thread")?.is(&threading.call_method0("main_thread")?))
+            Ok(threading
+                .call_method0("current_thread")?
+                .is(&threading.call_method0("main_thread")?))
         };
         let m = ask().unwrap_or(false);
         main.set(Some(m));
@@ -61,7 +63,10 @@ pub(crate) fn detached<T: Send>(
     py: Python<'_>,
     park: impl FnOnce(Option<Interrupt<PyErr>>) -> T + Send,
 ) -> T {
-    let interrupt = in_main_thread(py).then_some(Interrupt { every: SIGNAL_SLICE, check: check_signals });
+    let interrupt = in_main_thread(py).then_some(Interrupt {
+        every: SIGNAL_SLICE,
+        check: check_signals,
+    });
     py.detach(move || park(interrupt))
 }
 
@@ -72,5 +77,11 @@ pub(crate) fn lock(
     cancel: Option<&CancelToken>,
     deadline: Option<Instant>,
 ) -> Result<(), AcquireError<PyErr>> {
-    detached(py, |interrupt| view.lock_slow(Wait { deadline, cancel, interrupt }))
+    detached(py, |interrupt| {
+        view.lock_slow(Wait {
+            deadline,
+            cancel,
+            interrupt,
+        })
+    })
 }

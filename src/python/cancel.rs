@@ -19,7 +19,10 @@ pub(crate) struct PyCancelToken {
 }
 
 /// A deadline in seconds from now -> the instant and the `LockTimeout` reason it cancels with.
-fn own_deadline(py: Python<'_>, deadline: Option<&Bound<'_, PyAny>>) -> PyResult<Option<(Instant, Reason)>> {
+fn own_deadline(
+    py: Python<'_>,
+    deadline: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<(Instant, Reason)>> {
     match args::timeout(deadline, "deadline")?.deadline() {
         None => Ok(None),
         Some(at) => Ok(Some((at, deadline_reason(py)?))),
@@ -29,10 +32,16 @@ fn own_deadline(py: Python<'_>, deadline: Option<&Bound<'_, PyAny>>) -> PyResult
 /// An `Instant` on the `time.monotonic()` clock.
 fn monotonic(py: Python<'_>, at: Instant) -> PyResult<f64> {
     static MONOTONIC: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    let clock = MONOTONIC.get_or_try_init(py, || py.import("time")?.getattr("monotonic").map(Bound::unbind))?;
+    let clock = MONOTONIC.get_or_try_init(py, || {
+        py.import("time")?.getattr("monotonic").map(Bound::unbind)
+    })?;
     let now_py: f64 = clock.bind(py).call0()?.extract()?;
     let now = Instant::now();
-    Ok(if at >= now { now_py + (at - now).as_secs_f64() } else { now_py - (now - at).as_secs_f64() })
+    Ok(if at >= now {
+        now_py + (at - now).as_secs_f64()
+    } else {
+        now_py - (now - at).as_secs_f64()
+    })
 }
 
 /// Run a Python callable from a cancellation, in whatever thread cancels.
@@ -52,12 +61,16 @@ impl PyCancelToken {
     #[new]
     #[pyo3(signature = (*, deadline = None))]
     fn new(py: Python<'_>, deadline: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
-        Ok(PyCancelToken { token: CancelToken::new(own_deadline(py, deadline)?) })
+        Ok(PyCancelToken {
+            token: CancelToken::new(own_deadline(py, deadline)?),
+        })
     }
 
     #[pyo3(signature = (*, deadline = None))]
     fn child(&self, py: Python<'_>, deadline: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
-        Ok(PyCancelToken { token: self.token.child(own_deadline(py, deadline)?) })
+        Ok(PyCancelToken {
+            token: self.token.child(own_deadline(py, deadline)?),
+        })
     }
 
     #[pyo3(signature = (reason = None))]
@@ -81,7 +94,10 @@ impl PyCancelToken {
 
     #[getter]
     fn deadline(&self, py: Python<'_>) -> PyResult<Option<f64>> {
-        self.token.deadline().map(|at| monotonic(py, at)).transpose()
+        self.token
+            .deadline()
+            .map(|at| monotonic(py, at))
+            .transpose()
     }
 
     #[pyo3(signature = (timeout = None))]
@@ -99,12 +115,14 @@ impl PyCancelToken {
         super::asyncio::shim(slf.py())?.call_method1("wait_token", (slf,))
     }
 
-    fn on_cancel(&self, fn_: Bound<'_, PyAny>) -> PyResult<OnCancel> {
-        if !fn_.is_callable() {
+    fn on_cancel(&self, r#fn: Bound<'_, PyAny>) -> PyResult<OnCancel> {
+        if !r#fn.is_callable() {
             return Err(PyTypeError::new_err("on_cancel() needs a callable"));
         }
-        let registration = self.token.on_cancel(call_soon_unraisable(fn_.unbind()));
-        Ok(OnCancel { registration: Mutex::new(registration) })
+        let registration = self.token.on_cancel(call_soon_unraisable(r#fn.unbind()));
+        Ok(OnCancel {
+            registration: Mutex::new(registration),
+        })
     }
 
     fn __reduce__(&self) -> PyResult<()> {
@@ -112,7 +130,14 @@ impl PyCancelToken {
     }
 
     fn __repr__(&self) -> String {
-        format!("<ctxlock.CancelToken cancelled={}>", if self.token.is_cancelled() { "True" } else { "False" })
+        format!(
+            "<ctxlock.CancelToken cancelled={}>",
+            if self.token.is_cancelled() {
+                "True"
+            } else {
+                "False"
+            }
+        )
     }
 }
 
@@ -126,7 +151,11 @@ pub(crate) struct OnCancel {
 impl OnCancel {
     /// Unregister; True if that stopped the callback from running.
     fn __call__(&self) -> bool {
-        let taken = self.registration.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let taken = self
+            .registration
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         taken.is_some_and(Registration::unregister)
     }
 }

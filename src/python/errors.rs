@@ -33,7 +33,8 @@ pub(crate) fn reason_object(py: Python<'_>, r: &Reason) -> Py<PyAny> {
 pub(crate) fn cancelled(py: Python<'_>, r: &Reason) -> PyErr {
     let obj = reason_object(py, r);
     if obj.bind(py).is_instance_of::<LockTimeout>() {
-        let err = LockTimeout::new_err("the cancel token's deadline passed before the lock was acquired");
+        let err =
+            LockTimeout::new_err("the cancel token's deadline passed before the lock was acquired");
         err.set_cause(py, Some(PyErr::from_value(obj.into_bound(py))));
         err
     } else {
@@ -43,7 +44,9 @@ pub(crate) fn cancelled(py: Python<'_>, r: &Reason) -> PyErr {
 
 pub(crate) fn to_pyerr(py: Python<'_>, e: AcquireError<PyErr>) -> PyErr {
     match e {
-        AcquireError::Timeout => LockTimeout::new_err("the deadline passed before the lock was acquired"),
+        AcquireError::Timeout => {
+            LockTimeout::new_err("the deadline passed before the lock was acquired")
+        }
         AcquireError::Cancelled(r) => cancelled(py, &r),
         AcquireError::WouldBlock => WouldBlock::new_err("the lock is taken"),
         AcquireError::Interrupted(e) => e,

@@ -60,7 +60,9 @@ pub(crate) fn lock(
     let timeout = args::timeout(deadline, "deadline")?;
     let token = args::token(cancel)?.map(|t| &t.get().token);
     if !blocking && !timeout.is_never() {
-        return Err(PyValueError::new_err("deadline cannot be given with blocking=False"));
+        return Err(PyValueError::new_err(
+            "deadline cannot be given with blocking=False",
+        ));
     }
     if let Some(t) = token {
         if t.is_cancelled() {
@@ -113,7 +115,9 @@ pub(crate) fn exit(view: &LockView) -> PyResult<()> {
     if view.unlock() {
         return Ok(());
     }
-    Err(PyRuntimeError::new_err("release of a lock that is not held"))
+    Err(PyRuntimeError::new_err(
+        "release of a lock that is not held",
+    ))
 }
 
 /// The members `Lock` and `LockView` share, generated for both classes (a `#[pymethods]`

@@ -21,8 +21,18 @@ impl PySharableLock {
     fn new(py: Python<'_>) -> PyResult<Self> {
         let rw = SharableLock::new();
         Ok(PySharableLock {
-            shared: Py::new(py, PyLockView { view: rw.shared().clone() })?,
-            exclusive: Py::new(py, PyLockView { view: rw.exclusive().clone() })?,
+            shared: Py::new(
+                py,
+                PyLockView {
+                    view: rw.shared().clone(),
+                },
+            )?,
+            exclusive: Py::new(
+                py,
+                PyLockView {
+                    view: rw.exclusive().clone(),
+                },
+            )?,
         })
     }
 

@@ -52,7 +52,11 @@ impl PyUnlock {
         // ORDERING: Acquire pairs with the Release store in `unlock_on_cancel`, so a set
         // flag means the registration is in the mutex.
         if self.has_registration.load(Ordering::Acquire) {
-            let taken = self.on_cancel.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let taken = self
+                .on_cancel
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
             if let Some(r) = taken {
                 r.unregister();
             }
@@ -83,7 +87,11 @@ impl PyUnlock {
         });
         if let Some(r) = registration {
             let this = slf.get();
-            let old = this.on_cancel.lock().unwrap_or_else(|e| e.into_inner()).replace(r);
+            let old = this
+                .on_cancel
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .replace(r);
             // ORDERING: Release pairs with the Acquire load in `release`.
             this.has_registration.store(true, Ordering::Release);
             if let Some(old) = old {
@@ -91,7 +99,11 @@ impl PyUnlock {
             }
             if this.inner.released() {
                 // Released while we registered: do not keep the token's callback around.
-                let taken = this.on_cancel.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let taken = this
+                    .on_cancel
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
                 if let Some(r) = taken {
                     r.unregister();
                 }
@@ -118,7 +130,11 @@ impl PyUnlock {
             Mode::Exclusive => "exclusive",
             Mode::Shared => "shared",
         };
-        let state = if self.inner.released() { "released" } else { "holding" };
+        let state = if self.inner.released() {
+            "released"
+        } else {
+            "holding"
+        };
         format!("<ctxlock.Unlock {mode} {state}>")
     }
 }

@@ -1,0 +1,96 @@
+"""``python -m ctxlock bench``, ``--plot`` and ``--version`` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import ctxlock
+import pytest
+
+#: Every row of the report, in order; a row may be skipped but never left out.
+ROWS = (
+    "acquire_unlock",
+    "with",
+    "acquire_deadline",
+    "shared_with",
+    "shared_vs_rwlock",
+    "contended_4",
+    "drain_100",
+    "async_with",
+    "tasks_100",
+    "mixed_2t2t",
+    "memory_100k",
+    "tasks_scaling",
+    "churn_rss",
+)
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ctxlock", *args],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        cwd=cwd,
+        check=False,
+    )
+
+
+def test_quick_bench_json(tmp_path: Path) -> None:
+    proc = run_cli("bench", "--quick", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["ctxlock"] == ctxlock.__version__
+    assert report["mode"] == "quick"
+    assert [row["key"] for row in report["rows"]] == list(ROWS)
+    for row in report["rows"]:
+        assert row["status"] in ("ok", "miss", "skip"), (row["key"], row["note"])
+        assert row["op"] in ("<=", ">=")
+        assert row["target"] > 0
+        if row["status"] == "skip":
+            assert row["note"], row["key"]
+            assert row["ratio"] is None
+            assert row["ok"] is None
+            continue
+        ratio = row["ratio"]
+        assert isinstance(ratio, (int, float)) and math.isfinite(ratio), row
+        # churn_rss's "ratio" is RSS growth in MB, which may well be 0.
+        assert ratio >= 0 if row["key"] == "churn_rss" else ratio > 0, row
+        assert isinstance(row["ok"], bool)
+        if row["anchor_ns"] is not None:
+            assert row["ours_ns"] > 0 and row["anchor_ns"] > 0, row
+
+
+def test_quick_bench_table_and_progress(tmp_path: Path) -> None:
+    proc = run_cli("bench", "--quick", "--rows", "with,acquire_unlock", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("with ") for line in lines)
+    assert any(line.startswith("acquire_unlock ") for line in lines)
+    assert "[1/2] with" in proc.stderr
+
+
+def test_unknown_row_is_an_error(tmp_path: Path) -> None:
+    proc = run_cli("bench", "--quick", "--rows", "no_such_row", cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "no_such_row" in proc.stderr
+
+
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "ratios.png"
+    proc = run_cli(
+        "bench", "--quick", "--rows", "acquire_unlock,with", "--plot", str(out), cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_version(tmp_path: Path) -> None:
+    proc = run_cli("--version", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"ctxlock {ctxlock.__version__}"
