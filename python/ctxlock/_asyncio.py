@@ -26,7 +26,10 @@ def _set_done(fut: asyncio.Future[None]) -> None:
 
 
 def ring(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]) -> bool:
-    """Complete ``fut`` on ``loop`` from any thread; False if the loop is closed."""
+    """Complete ``fut`` on ``loop`` from any thread; False if the loop is closed.
+
+    (The lock's own doorbell does the same in Rust; this one serves token callbacks.)
+    """
     if events._get_running_loop() is loop:
         _set_done(fut)
         return True

@@ -55,8 +55,9 @@ class CancelToken:
     def on_cancel(self, fn: Callable[[], object]) -> Callable[[], bool]:
         """Run ``fn()`` once when the token is cancelled; at once if it already is.
 
-        ``fn`` runs in the thread that cancels (for a deadline, a ctxlock timer thread);
-        an exception it raises is reported through ``sys.unraisablehook``.
+        ``fn`` runs in the thread that cancels: the caller of ``cancel()``, or for a
+        deadline ctxlock's timer thread, or a thread waiting on the token that saw the
+        deadline pass first. An exception it raises goes to ``sys.unraisablehook``.
         Returns a function that unregisters ``fn`` and returns True if that stopped
         ``fn`` from running (Go's ``context.AfterFunc``).
         """
@@ -243,6 +244,8 @@ class SharableLock:
 
     def __new__(cls) -> SharableLock: ...
     @property
-    def shared(self) -> LockView: ...
+    def shared(self) -> LockView:
+        """The shared view: its holders form the reader group (Go's ``RLock``)."""
     @property
-    def exclusive(self) -> LockView: ...
+    def exclusive(self) -> LockView:
+        """The exclusive view: one holder, nobody else (Go's ``Lock``)."""

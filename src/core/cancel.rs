@@ -18,7 +18,7 @@
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Instant;
 
 use super::timer;
@@ -42,8 +42,9 @@ pub(crate) struct Node {
     own_deadline: Option<(Instant, Reason)>,
     /// The parent and this node's registration on it.
     parent: Option<(Arc<Node>, u64)>,
-    /// This node's entry in the timer, removed on drop.
-    timer_key: Option<timer::Key>,
+    /// This node's entry in the timer, removed on drop. Set once, right after the node
+    /// exists (the timer may fire at once, and must then find the node alive).
+    timer_key: OnceLock<timer::Key>,
 }
 
 #[derive(Default)]
@@ -173,20 +174,27 @@ impl Node {
                     }
                 }
             });
-            let timer_key = own_deadline
-                .as_ref()
-                .map(|(at, _)| timer::schedule(*at, me.clone()));
             Node {
                 cancelled: AtomicBool::new(false),
                 inner: Mutex::new(Inner::default()),
                 deadline,
                 own_deadline,
                 parent,
-                timer_key,
+                timer_key: OnceLock::new(),
             }
         });
         if let Some(reason) = inherited {
             node.cancel(reason);
+        }
+        if let Some((at, _)) = &node.own_deadline {
+            if *at <= Instant::now() {
+                // Already due (a deadline of 0): cancelled before anyone can look.
+                node.expire_own();
+            } else {
+                let _ = node
+                    .timer_key
+                    .set(timer::schedule(*at, Arc::downgrade(&node)));
+            }
         }
         node
     }
@@ -244,8 +252,8 @@ impl Drop for Node {
             let removed = parent.lock().callbacks.remove(&id);
             drop(removed);
         }
-        if let Some(key) = self.timer_key.take() {
-            timer::unschedule(key);
+        if let Some(key) = self.timer_key.get() {
+            timer::unschedule(*key);
         }
     }
 }

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Wake, Waker};
 
 use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
@@ -178,6 +179,37 @@ struct Doorbell {
     settle: OnceLock<Weak<Settle>>,
 }
 
+impl Doorbell {
+    /// Complete the future on its loop: directly when this thread runs that loop (the
+    /// cheap path, e.g. a task releasing to the next task), else through
+    /// `call_soon_threadsafe`. False if the loop is closed.
+    fn ring(&self, py: Python<'_>) -> PyResult<bool> {
+        static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        static SET_DONE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let running = GET_RUNNING_LOOP
+            .import(py, "asyncio.events", "_get_running_loop")?
+            .call0()?;
+        let fut = self.fut.bind(py);
+        if running.is(&self.event_loop) {
+            if !fut.call_method0(intern!(py, "done"))?.is_truthy()? {
+                fut.call_method1(intern!(py, "set_result"), (py.None(),))?;
+            }
+            return Ok(true);
+        }
+        let set_done = SET_DONE.import(py, "ctxlock._asyncio", "_set_done")?;
+        match self
+            .event_loop
+            .bind(py)
+            .call_method1(intern!(py, "call_soon_threadsafe"), (set_done, fut))
+        {
+            Ok(_) => Ok(true),
+            // The loop is closed: the task will never run again.
+            Err(e) if e.is_instance_of::<PyRuntimeError>(py) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
 impl Wake for Doorbell {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
@@ -186,8 +218,10 @@ impl Wake for Doorbell {
     fn wake_by_ref(self: &Arc<Self>) {
         // try_attach: a grant can come from the timer thread during interpreter shutdown.
         let rang = Python::try_attach(|py| {
-            let ring = shim(py).and_then(|m| m.call_method1("ring", (&self.event_loop, &self.fut)));
-            ring.and_then(|r| r.extract::<bool>()).unwrap_or(false)
+            self.ring(py).unwrap_or_else(|e| {
+                e.write_unraisable(py, None);
+                false
+            })
         });
         if rang != Some(true) {
             // The task's loop is closed (or Python is gone): the task will never run, so

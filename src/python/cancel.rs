@@ -13,6 +13,7 @@ use super::args;
 use super::blocking;
 use super::errors::{deadline_reason, reason as make_reason, reason_object};
 
+/// A cancellation signal with a reason, an optional deadline and children.
 #[pyclass(name = "CancelToken", module = "ctxlock", frozen)]
 pub(crate) struct PyCancelToken {
     pub(crate) token: CancelToken,

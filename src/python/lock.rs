@@ -59,7 +59,7 @@ pub(crate) fn lock(
 ) -> PyResult<()> {
     let timeout = args::timeout(deadline, "deadline")?;
     let token = args::token(cancel)?.map(|t| &t.get().token);
-    if !blocking && !timeout.is_never() {
+    if !blocking && deadline.is_some_and(|d| !d.is_none()) {
         return Err(PyValueError::new_err(
             "deadline cannot be given with blocking=False",
         ));
@@ -202,6 +202,10 @@ macro_rules! lock_methods {
 }
 pub(crate) use lock_methods;
 
+/// An exclusive lock with deadlines and cancellation tokens, for threads and asyncio.
+///
+/// `unlock = lock.acquire(cancel, deadline=30)`, `await lock.acquire_async(cancel)`,
+/// `with lock:`, `async with lock:`. See the README and the type stub for the contract.
 #[pyclass(name = "Lock", module = "ctxlock", frozen)]
 pub(crate) struct PyLock {
     lock: Lock,

@@ -9,6 +9,7 @@ use crate::core::waiter::Mode;
 use super::lock::lock_methods;
 use super::unlock::PyUnlock;
 
+/// A phase-fair readers-writer lock; `rw.shared` and `rw.exclusive` are its two views.
 #[pyclass(name = "SharableLock", module = "ctxlock", frozen)]
 pub(crate) struct PySharableLock {
     shared: Py<PyLockView>,
@@ -63,6 +64,7 @@ impl PySharableLock {
     }
 }
 
+/// One mode of a `SharableLock` (`rw.shared` or `rw.exclusive`), with the members of `Lock`.
 #[pyclass(name = "LockView", module = "ctxlock", frozen)]
 pub(crate) struct PyLockView {
     view: LockView,

@@ -18,6 +18,7 @@ use super::lock::TaskOwner;
 /// Garbage collection of a still-holding `Unlock` releases the lock and warns: a lock
 /// that nobody can reach any more must not stay held forever (that would hang every
 /// later acquire silently), and the warning points at the bug, like an unclosed file's.
+/// The once-only release of one acquire: call it to unlock; later calls do nothing.
 #[pyclass(name = "Unlock", module = "ctxlock", frozen, freelist = 64)]
 pub(crate) struct PyUnlock {
     inner: Unlock,

@@ -1,0 +1,469 @@
+"""ctxlock.CancelToken: cancel, reasons, deadlines, children, wait and on_cancel."""
+
+from __future__ import annotations
+
+import gc
+import math
+import random
+import sys
+import threading
+import time
+
+import pytest
+from ctxlock import CancelToken, LockTimeout
+
+EPS = 0.005
+PROMPT = 2.0
+
+
+# --- cancel, cancelled, reason ----------------------------------------------------------------
+
+
+def test_new_token_is_not_cancelled():
+    token = CancelToken()
+    assert token.cancelled is False
+    assert token.reason is None
+    assert token.deadline is None
+    assert token.wait(0) is False
+
+
+def test_cancel_sets_cancelled_and_reason():
+    token = CancelToken()
+    reason = object()
+    assert token.cancel(reason) is None
+    assert token.cancelled is True
+    assert token.reason is reason
+
+
+def test_cancel_is_idempotent_first_reason_wins():
+    token = CancelToken()
+    token.cancel("first")
+    token.cancel("second")
+    token.cancel()
+    assert token.cancelled
+    assert token.reason == "first"
+
+
+def test_cancel_without_reason_then_with_one_keeps_none():
+    token = CancelToken()
+    token.cancel()
+    assert token.cancelled
+    assert token.reason is None
+    token.cancel("late")
+    assert token.reason is None
+
+
+def test_first_reason_wins_across_racing_threads(spawn):
+    token = CancelToken()
+    barrier = threading.Barrier(4)
+
+    def cancel(i):
+        barrier.wait()
+        token.cancel(i)
+
+    workers = [spawn(cancel, i) for i in range(4)]
+    for w in workers:
+        w.result()
+    assert token.cancelled
+    assert token.reason in range(4)
+    reason = token.reason
+    token.cancel("again")
+    assert token.reason == reason
+
+
+# --- deadline ---------------------------------------------------------------------------------
+
+
+def test_deadline_is_on_the_monotonic_clock():
+    t0 = time.monotonic()
+    token = CancelToken(deadline=10)
+    t1 = time.monotonic()
+    assert isinstance(token.deadline, float)
+    assert t0 + 10 - 0.05 <= token.deadline <= t1 + 10 + 0.05
+    assert not token.cancelled
+
+
+def test_deadline_passes_token_cancels_itself_with_lock_timeout():
+    t0 = time.monotonic()
+    token = CancelToken(deadline=0.2)
+    assert token.wait(10) is True
+    elapsed = time.monotonic() - t0
+    assert 0.2 - EPS <= elapsed < 0.2 + 5.0
+    assert token.cancelled
+    assert isinstance(token.reason, LockTimeout)
+    assert isinstance(token.reason, TimeoutError)
+
+
+def test_deadline_zero_cancels_promptly():
+    token = CancelToken(deadline=0)
+    assert token.wait(PROMPT) is True
+    assert isinstance(token.reason, LockTimeout)
+
+
+@pytest.mark.parametrize("deadline", [0, 0.0003, 0.002])
+def test_many_short_deadlines_all_cancel_themselves(deadline, wait_until):
+    # Nobody waits on these tokens: only the timer can cancel them.
+    n = 2000
+    tokens = [CancelToken(deadline=deadline) for _ in range(n)]
+    calls: list[int] = []
+    with_callback = []
+    for _ in range(n):
+        token = CancelToken(deadline=deadline)
+        token.on_cancel(lambda: calls.append(1))
+        with_callback.append(token)
+    ok = wait_until(lambda: all(t.cancelled for t in tokens), timeout=5)
+    assert ok, f"{sum(not t.cancelled for t in tokens)} of {n} tokens never cancelled"
+    assert all(isinstance(t.reason, LockTimeout) for t in tokens)
+    assert wait_until(lambda: len(calls) == n, timeout=5), f"{len(calls)} of {n} on_cancel ran"
+
+
+def test_short_deadlines_from_several_threads_all_cancel_themselves(spawn, wait_until):
+    tokens: list[CancelToken] = []
+
+    def make(seed):
+        rng = random.Random(seed)
+        for _ in range(1500):
+            tokens.append(CancelToken(deadline=rng.choice([0, 0.0003, 0.0005, 0.002, 0.01])))
+            if rng.random() < 0.1:
+                time.sleep(0)
+
+    for w in [spawn(make, i) for i in range(4)]:
+        w.result(timeout=30)
+    ok = wait_until(lambda: all(t.cancelled for t in tokens), timeout=5)
+    assert ok, f"{sum(not t.cancelled for t in tokens)} of {len(tokens)} never cancelled"
+
+
+def test_cancel_before_deadline_keeps_given_reason():
+    token = CancelToken(deadline=0.1)
+    token.cancel("early")
+    time.sleep(0.2)
+    assert token.reason == "early"
+
+
+@pytest.mark.parametrize("deadline", [math.inf, 1e300])
+def test_huge_deadline_means_no_limit(deadline):
+    token = CancelToken(deadline=deadline)
+    assert token.wait(0.05) is False
+    assert not token.cancelled
+    child = token.child(deadline=deadline)
+    assert not child.cancelled
+    token.cancel("x")
+    assert child.wait(PROMPT)
+    assert child.reason == "x"
+
+
+# --- children ---------------------------------------------------------------------------------
+
+
+def test_child_is_cancelled_with_parent_and_gets_its_reason():
+    parent = CancelToken()
+    child = parent.child()
+    grandchild = child.child()
+    assert not child.cancelled
+    reason = object()
+    parent.cancel(reason)
+    assert child.cancelled
+    assert grandchild.cancelled
+    assert child.reason is reason
+    assert grandchild.reason is reason
+
+
+def test_child_of_cancelled_parent_is_cancelled_at_once():
+    parent = CancelToken()
+    parent.cancel("done")
+    child = parent.child()
+    assert child.cancelled
+    assert child.reason == "done"
+
+
+def test_cancelling_child_never_cancels_parent():
+    parent = CancelToken()
+    child = parent.child()
+    sibling = parent.child()
+    child.cancel("child only")
+    assert child.cancelled
+    assert not parent.cancelled
+    assert parent.reason is None
+    assert not sibling.cancelled
+    # A cancelled child keeps its own reason when the parent is cancelled later.
+    parent.cancel("parent")
+    assert child.reason == "child only"
+    assert sibling.reason == "parent"
+
+
+def test_child_effective_deadline_is_the_earlier_one():
+    parent = CancelToken(deadline=10)
+    assert parent.deadline is not None
+    later = parent.child(deadline=100)
+    assert later.deadline == pytest.approx(parent.deadline, abs=0.05)
+    plain = parent.child()
+    assert plain.deadline == pytest.approx(parent.deadline, abs=0.05)
+    t0 = time.monotonic()
+    earlier = parent.child(deadline=1)
+    assert t0 + 1 - 0.05 <= earlier.deadline <= time.monotonic() + 1 + 0.05
+    assert earlier.deadline < parent.deadline
+    no_parent_deadline = CancelToken().child(deadline=5)
+    assert no_parent_deadline.deadline == pytest.approx(time.monotonic() + 5, abs=0.5)
+
+
+def test_child_cancelled_by_parent_deadline():
+    parent = CancelToken(deadline=0.1)
+    child = parent.child(deadline=60)
+    assert child.wait(10)
+    assert parent.wait(10)
+    assert isinstance(child.reason, LockTimeout)
+
+
+def test_child_deadline_does_not_cancel_parent():
+    parent = CancelToken()
+    child = parent.child(deadline=0.05)
+    assert child.wait(10)
+    assert isinstance(child.reason, LockTimeout)
+    assert not parent.cancelled
+
+
+# --- wait -------------------------------------------------------------------------------------
+
+
+def test_wait_times_out_with_false():
+    token = CancelToken()
+    t0 = time.monotonic()
+    assert token.wait(0.2) is False
+    assert 0.2 - EPS <= time.monotonic() - t0 < 5.0
+    assert token.wait(0) is False
+
+
+def test_wait_returns_true_when_cancelled_from_another_thread(spawn):
+    token = CancelToken()
+    w = spawn(token.wait)
+    time.sleep(0.1)
+    assert not w.done
+    t_cancel = time.monotonic()
+    token.cancel("go")
+    assert w.result(timeout=10) is True
+    assert time.monotonic() - t_cancel < PROMPT
+
+
+def test_wait_on_cancelled_token_returns_true_at_once():
+    token = CancelToken()
+    token.cancel()
+    assert token.wait() is True
+    assert token.wait(0) is True
+    assert token.wait(100) is True
+
+
+def test_wait_wakes_on_parent_cancel(spawn):
+    parent = CancelToken()
+    child = parent.child()
+    w = spawn(child.wait, 30)
+    time.sleep(0.1)
+    parent.cancel()
+    assert w.result(timeout=10) is True
+
+
+# --- on_cancel --------------------------------------------------------------------------------
+
+
+def test_on_cancel_runs_once_in_the_cancelling_thread(spawn):
+    token = CancelToken()
+    calls: list[int] = []
+    token.on_cancel(lambda: calls.append(threading.get_ident()))
+    assert calls == []
+    w = spawn(lambda: (token.cancel("a"), token.cancel("b"), threading.get_ident())[-1])
+    canceller_ident = w.result()
+    token.cancel("c")
+    assert calls == [canceller_ident]
+
+
+def test_on_cancel_runs_at_once_if_already_cancelled():
+    token = CancelToken()
+    token.cancel()
+    calls: list[int] = []
+    stop = token.on_cancel(lambda: calls.append(threading.get_ident()))
+    assert calls == [threading.get_ident()]
+    assert stop() is False
+    assert calls == [threading.get_ident()]
+
+
+def test_on_cancel_stop_before_cancel_returns_true_and_fn_never_runs():
+    token = CancelToken()
+    calls: list[str] = []
+    stop = token.on_cancel(lambda: calls.append("x"))
+    keep = token.on_cancel(lambda: calls.append("kept"))
+    assert callable(stop)
+    assert stop() is True
+    assert stop() is False  # nothing left to stop
+    token.cancel()
+    assert calls == ["kept"]
+    assert keep() is False
+
+
+def test_on_cancel_stop_after_fn_ran_returns_false():
+    token = CancelToken()
+    calls: list[str] = []
+    stop = token.on_cancel(lambda: calls.append("x"))
+    token.cancel()
+    assert calls == ["x"]
+    assert stop() is False
+
+
+def test_on_cancel_runs_on_parent_cancel():
+    parent = CancelToken()
+    child = parent.child()
+    calls: list[object] = []
+    child.on_cancel(lambda: calls.append(child.reason))
+    parent.cancel("p")
+    assert calls == ["p"]
+
+
+def test_on_cancel_runs_in_timer_thread_on_deadline(wait_until):
+    token = CancelToken(deadline=0.05)
+    idents: list[int] = []
+    token.on_cancel(lambda: idents.append(threading.get_ident()))
+    assert wait_until(lambda: idents, timeout=5)  # nobody waits on the token itself
+    assert len(idents) == 1
+    assert idents[0] != threading.get_ident()
+    assert token.cancelled
+
+
+def test_deadline_runs_on_cancel_once_while_threads_wait(spawn, wait_until):
+    # The timer and the waiting threads race to notice the deadline; whichever wins, each
+    # callback runs exactly once, and in ctxlock's timer thread or one of the waiters.
+    waiter_idents: set[int] = set()
+    callback_idents: list[int] = []
+
+    def wait_on(token):
+        waiter_idents.add(threading.get_ident())
+        return token.wait(10)
+
+    for _ in range(20):
+        token = CancelToken(deadline=0.02)
+        token.on_cancel(lambda: callback_idents.append(threading.get_ident()))
+        waiters = [spawn(wait_on, token) for _ in range(3)]
+        assert wait_on(token)
+        assert all(w.result() for w in waiters)
+    assert wait_until(lambda: len(callback_idents) == 20, timeout=5)
+    time.sleep(0.05)
+    assert len(callback_idents) == 20
+    timer_threads = {t.ident for t in threading.enumerate()}
+    for ident in callback_idents:
+        # Rust's timer thread is not a Python thread: it is neither a waiter nor known
+        # to `threading`, so an ident outside both can only be it.
+        assert ident in waiter_idents or ident not in timer_threads
+
+
+def test_on_cancel_exception_goes_to_unraisablehook(monkeypatch):
+    seen: list[tuple[type[BaseException] | None, str]] = []
+
+    def hook(unraisable):
+        seen.append((unraisable.exc_type, str(unraisable.exc_value)))
+
+    monkeypatch.setattr(sys, "unraisablehook", hook)
+    token = CancelToken()
+    calls: list[str] = []
+
+    def boom():
+        calls.append("boom")
+        raise ValueError("from on_cancel")
+
+    token.on_cancel(boom)
+    token.on_cancel(lambda: calls.append("other"))
+    token.cancel()  # must not raise
+    assert sorted(calls) == ["boom", "other"]
+    assert seen == [(ValueError, "from on_cancel")]
+    # Registering on a cancelled token runs fn at once; its exception is reported too.
+    token.on_cancel(boom)
+    assert len(seen) == 2
+    assert seen[1][0] is ValueError
+
+
+def test_on_cancel_exception_from_timer_goes_to_unraisablehook(monkeypatch, wait_until):
+    seen: list[type[BaseException] | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(u.exc_type))
+    token = CancelToken(deadline=0.05)
+
+    def boom():
+        raise KeyError("timer")
+
+    token.on_cancel(boom)
+    assert token.wait(10)
+    assert wait_until(lambda: seen, timeout=5)
+    assert seen == [KeyError]
+
+
+def test_on_cancel_fn_may_use_the_token():
+    token = CancelToken()
+    seen: list[object] = []
+    token.on_cancel(lambda: seen.append((token.cancelled, token.reason)))
+    token.on_cancel(lambda: token.cancel("re-entrant"))  # must not deadlock
+    token.cancel("r")
+    assert seen == [(True, "r")]
+    assert token.reason == "r"
+
+
+# --- memory -----------------------------------------------------------------------------------
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+def test_dropped_children_are_freed():
+    parent = CancelToken()
+
+    def churn(n):
+        for _ in range(n):
+            child = parent.child()
+            child.child()
+        gc.collect()
+
+    churn(20_000)  # warm up allocator pools
+    before = _rss_bytes()
+    churn(300_000)
+    grown = _rss_bytes() - before
+    # Each leaked child would cost well over 100 bytes: 300k of them > 30 MB.
+    assert grown < 16 * 1024 * 1024, f"RSS grew by {grown / 1e6:.1f} MB"
+    live = parent.child()
+    calls: list[str] = []
+    live.on_cancel(lambda: calls.append("live"))
+    parent.cancel("end")
+    assert live.cancelled
+    assert live.reason == "end"
+    assert calls == ["live"]
+
+
+# --- bad input --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [-1, -0.5, math.nan, -math.inf])
+def test_bad_deadline_value_error(bad):
+    with pytest.raises(ValueError, match="deadline"):
+        CancelToken(deadline=bad)
+    parent = CancelToken()
+    with pytest.raises(ValueError, match="deadline"):
+        parent.child(deadline=bad)
+    assert not parent.cancelled
+    ok = parent.child(deadline=1)
+    assert not ok.cancelled
+
+
+@pytest.mark.parametrize("bad", ["x", [1], object()], ids=repr)
+def test_non_number_deadline_type_error(bad):
+    with pytest.raises(TypeError, match="deadline"):
+        CancelToken(deadline=bad)
+    with pytest.raises(TypeError, match="deadline"):
+        CancelToken().child(deadline=bad)
+
+
+def test_deadline_is_keyword_only():
+    with pytest.raises(TypeError):
+        CancelToken(5)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        CancelToken().child(5)  # type: ignore[misc]
+
+
+def test_integer_deadline_accepted():
+    token = CancelToken(deadline=3)
+    assert token.deadline == pytest.approx(time.monotonic() + 3, abs=0.5)

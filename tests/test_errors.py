@@ -1,0 +1,210 @@
+"""The exception hierarchy and how acquire rejects bad input."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import ctxlock
+import pytest
+from ctxlock import (
+    Cancelled,
+    CancelToken,
+    Lock,
+    LockError,
+    LockTimeout,
+    WouldBlock,
+)
+
+# --- hierarchy --------------------------------------------------------------------------------
+
+
+def test_hierarchy():
+    assert issubclass(LockError, Exception)
+    assert issubclass(LockTimeout, LockError)
+    assert issubclass(LockTimeout, TimeoutError)
+    assert issubclass(Cancelled, LockError)
+    assert not issubclass(Cancelled, TimeoutError)
+    assert issubclass(WouldBlock, LockError)
+    assert not issubclass(WouldBlock, TimeoutError)
+    assert not issubclass(LockTimeout, Cancelled)
+    assert not issubclass(Cancelled, LockTimeout)
+
+
+def test_exceptions_are_the_ones_in_errors_module():
+    from ctxlock import _errors
+
+    for name in ("LockError", "LockTimeout", "Cancelled", "WouldBlock"):
+        assert getattr(ctxlock, name) is getattr(_errors, name)
+
+
+def test_lock_timeout_caught_as_timeout_error():
+    with pytest.raises(TimeoutError):
+        raise LockTimeout("late")
+
+
+def test_cancelled_reason():
+    reason = object()
+    assert Cancelled(reason).reason is reason
+    assert Cancelled().reason is None
+    assert Cancelled(reason="r").reason == "r"
+    assert str(Cancelled()) == "cancelled"
+    assert "'r'" in str(Cancelled("r"))
+
+
+def test_raised_errors_have_the_exact_types(spawn):
+    lock = Lock()
+    u = spawn(lock.acquire).result()
+    try:
+        with pytest.raises(LockTimeout) as t:
+            lock.acquire(deadline=0)
+        assert type(t.value) is LockTimeout
+        with pytest.raises(WouldBlock) as w:
+            lock.acquire(blocking=False)
+        assert type(w.value) is WouldBlock
+        token = CancelToken()
+        token.cancel(42)
+        with pytest.raises(Cancelled) as c:
+            lock.acquire(token)
+        assert type(c.value) is Cancelled
+        assert c.value.reason == 42
+    finally:
+        u()
+
+
+# --- bad input --------------------------------------------------------------------------------
+
+BAD_INPUTS = [
+    ({"deadline": -1}, ValueError, "deadline"),
+    ({"deadline": -0.001}, ValueError, "deadline"),
+    ({"deadline": math.nan}, ValueError, "deadline"),
+    ({"deadline": -math.inf}, ValueError, "deadline"),
+    ({"deadline": "x"}, TypeError, "deadline"),
+    ({"deadline": [1]}, TypeError, "deadline"),
+    ({"deadline": object()}, TypeError, "deadline"),
+    ({"cancel": object()}, TypeError, "cancel"),
+    ({"cancel": "token"}, TypeError, "cancel"),
+    ({"cancel": 5}, TypeError, "cancel"),
+    ({"blocking": False, "deadline": 1}, ValueError, None),
+    ({"blocking": False, "deadline": 0}, ValueError, None),
+    ({"blocking": False, "deadline": math.inf}, ValueError, None),
+]
+
+
+def _ids(case):
+    return repr(case[0])
+
+
+def _assert_usable(lock):
+    assert not lock.locked()
+    u = lock.try_acquire()
+    assert u is not None
+    assert lock.locked()
+    u()
+    u = lock.acquire(deadline=5)
+    u()
+    assert not lock.locked()
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=_ids)
+def test_bad_input_on_free_lock(case):
+    kwargs, exc_type, name = case
+    lock = Lock()
+    with pytest.raises(exc_type, match=name) as info:
+        lock.acquire(**kwargs)()  # (the release only runs if the bad input was accepted)
+    assert not isinstance(info.value, LockError)
+    _assert_usable(lock)
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=_ids)
+def test_bad_input_on_held_lock(case, spawn):
+    kwargs, exc_type, name = case
+    lock = Lock()
+    u = spawn(lock.acquire).result()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(exc_type, match=name):
+            lock.acquire(**kwargs)()  # (the release only runs if the bad input was accepted)
+        assert time.monotonic() - t0 < 2.0  # rejected, not waited on
+        assert lock.locked()
+        assert not u.released
+    finally:
+        u()
+    _assert_usable(lock)
+
+
+def test_bad_input_does_not_cancel_a_valid_token():
+    lock = Lock()
+    token = CancelToken()
+    with pytest.raises(ValueError, match="deadline"):
+        lock.acquire(token, deadline=-1)
+    assert not token.cancelled
+    u = lock.acquire(token)
+    u()
+
+
+def test_deadline_and_blocking_are_keyword_only():
+    lock = Lock()
+    with pytest.raises(TypeError):
+        lock.acquire(None, 5)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        lock.acquire(None, None, False)  # type: ignore[misc]
+    _assert_usable(lock)
+
+
+def test_unknown_keyword_is_a_type_error():
+    lock = Lock()
+    with pytest.raises(TypeError):
+        lock.acquire(timeout=1)  # type: ignore[call-arg]
+    _assert_usable(lock)
+
+
+# --- accepted edge values ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("deadline", [math.inf, 1e300, 10**12, 2**64], ids=repr)
+def test_huge_deadline_means_no_limit_on_free_lock(deadline):
+    lock = Lock()
+    u = lock.acquire(deadline=deadline)
+    assert lock.locked()
+    u()
+    _assert_usable(lock)
+
+
+@pytest.mark.parametrize("deadline", [math.inf, 1e300], ids=repr)
+def test_huge_deadline_waits_on_held_lock(deadline, spawn):
+    lock = Lock()
+    holder = lock.acquire()
+    started = threading.Event()
+
+    def waiter():
+        started.set()
+        got = lock.acquire(deadline=deadline)
+        got()
+        return True
+
+    w = spawn(waiter)
+    assert started.wait(5)
+    time.sleep(0.2)
+    assert not w.done, w.exception(0)  # a huge deadline must not overflow into "now"
+    holder()
+    assert w.result(timeout=10) is True
+    _assert_usable(lock)
+
+
+@pytest.mark.parametrize("deadline", [0, 0.0, 1, 2.5], ids=repr)
+def test_int_and_float_deadlines_accepted(deadline):
+    lock = Lock()
+    u = lock.acquire(deadline=deadline)
+    u()
+    _assert_usable(lock)
+
+
+def test_none_values_are_the_defaults():
+    lock = Lock()
+    u = lock.acquire(None, deadline=None, blocking=True)
+    u()
+    u = lock.acquire(None, deadline=None, blocking=False)
+    u()
+    _assert_usable(lock)
