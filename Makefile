@@ -42,7 +42,7 @@ test-python:
 # Long randomized runs on demand: `make stress STRESS_SECONDS=600`.
 STRESS_SECONDS ?= 120
 stress: develop
-	CTXLOCK_STRESS_SECONDS=$(STRESS_SECONDS) $(PY) -m pytest -m stress -p no:timeout
+	CTXLOCK_STRESS_SECONDS=$(STRESS_SECONDS) $(PY) -m pytest -m stress --timeout=0
 
 clean:
 	rm -rf $(VENV) target

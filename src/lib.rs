@@ -28,6 +28,7 @@ mod python;
 pub use crate::core::cancel::{CancelToken, Reason, Registration};
 pub use crate::core::deadline::{BadTimeout, Timeout};
 pub use crate::core::error::AcquireError;
+pub use crate::core::fork::after_fork_in_child;
 pub use crate::core::lock::{forever, Lock, LockView, SharableLock};
 pub use crate::core::task::TaskWait;
 pub use crate::core::unlock::Unlock;

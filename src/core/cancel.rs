@@ -54,7 +54,9 @@ struct Inner {
     next_id: u64,
 }
 
-/// A callback registered with [`CancelToken::on_cancel`].
+/// A callback registered with [`CancelToken::on_cancel`]. It keeps the token alive until
+/// it is unregistered or has run, so `unlock_on_cancel(CancelToken(deadline=...))` fires
+/// even when nobody else holds the token (as a Go context is kept by its `AfterFunc`).
 pub struct Registration {
     node: Arc<Node>,
     id: u64,

@@ -3,6 +3,7 @@
 pub mod cancel;
 pub mod deadline;
 pub mod error;
+pub mod fork;
 pub mod lock;
 pub(crate) mod queue;
 pub(crate) mod slot;

@@ -22,6 +22,8 @@ pub(crate) struct WaitQueue {
     exclusive: BTreeMap<u64, Arc<Waiter>>,
     shared: BTreeMap<u64, Arc<Waiter>>,
     next_seq: u64,
+    /// The process generation whose waiters these are (see `fork.rs`).
+    generation: u64,
 }
 
 impl WaitQueue {
@@ -44,6 +46,25 @@ impl WaitQueue {
     /// The first exclusive waiter.
     pub(crate) fn head_exclusive(&self) -> Option<&Arc<Waiter>> {
         self.exclusive.first_key_value().map(|(_, w)| w)
+    }
+
+    /// In a forked child, the first time: drop the blocked threads queued before the
+    /// fork (they do not exist here). Their status becomes ABANDONED.
+    pub(crate) fn forget_threads_of_parent(&mut self) {
+        let now = super::fork::generation();
+        if self.generation == now {
+            return;
+        }
+        self.generation = now;
+        for map in [&mut self.exclusive, &mut self.shared] {
+            map.retain(|_, w| {
+                let ghost = w.generation != now && !w.is_task();
+                if ghost {
+                    w.set_status(super::waiter::ABANDONED);
+                }
+                !ghost
+            });
+        }
     }
 
     /// Queue `w` at the back, or at its old place if it queued before.

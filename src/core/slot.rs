@@ -198,6 +198,7 @@ impl Slot {
     /// Under the queue mutex: take the slot for `w` if the policy allows, else queue
     /// `w` (keeping its old place if it queued before). True if `w` now holds the slot.
     pub(crate) fn acquire_or_queue(&self, q: &mut WaitQueue, w: &Arc<Waiter>) -> bool {
+        q.forget_threads_of_parent();
         // ORDERING: Relaxed load; the CAS below decides.
         let mut s = self.state.load(Ordering::Relaxed);
         loop {
@@ -268,6 +269,7 @@ impl Slot {
     /// state word agree with the queue, then mark the grantees. Returns false if
     /// `release` names a hold that does not exist (nothing is changed then).
     fn settle(&self, q: &mut WaitQueue, release: Option<Mode>, wake: &mut WakeList) -> bool {
+        q.forget_threads_of_parent();
         // ORDERING: Relaxed load; the CAS below decides.
         let mut s = self.state.load(Ordering::Relaxed);
         let grant = loop {

@@ -7,7 +7,9 @@
 //! serves `on_cancel` callbacks, `wait`, asyncio waiters and the `cancelled` flag.
 
 use std::collections::BTreeMap;
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, Weak};
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
 use super::cancel::Node;
@@ -26,24 +28,66 @@ struct Entries {
     next: u64,
 }
 
-static TIMER: OnceLock<Timer> = OnceLock::new();
+/// The running timer, created by the first deadline. A pointer rather than a
+/// `OnceLock` so that a forked child can start a new one (`after_fork_in_child`); each
+/// timer is leaked on purpose, as its thread runs for the life of the process.
+static TIMER: AtomicPtr<Timer> = AtomicPtr::new(ptr::null_mut());
 
 fn timer() -> &'static Timer {
-    let mut started = false;
-    let t = TIMER.get_or_init(|| {
-        started = true;
-        Timer {
-            entries: Mutex::new(Entries::default()),
-            changed: Condvar::new(),
-        }
-    });
-    if started {
-        std::thread::Builder::new()
-            .name("ctxlock-timer".into())
-            .spawn(move || t.run())
-            .expect("ctxlock: cannot start the timer thread");
+    // ORDERING: Acquire pairs with the AcqRel CAS in `start`, so the timer's fields are
+    // initialized before we use them.
+    let t = TIMER.load(Ordering::Acquire);
+    if t.is_null() {
+        return start(Entries::default());
     }
-    t
+    // SAFETY: a non-null TIMER points to a leaked, never freed `Timer`.
+    unsafe { &*t }
+}
+
+/// Install a new timer with `entries` (unless another thread just did) and start its thread.
+#[cold]
+fn start(entries: Entries) -> &'static Timer {
+    let new: &'static mut Timer = Box::leak(Box::new(Timer {
+        entries: Mutex::new(entries),
+        changed: Condvar::new(),
+    }));
+    // ORDERING: AcqRel: Release publishes the new timer's fields to `timer`'s Acquire;
+    // Acquire on failure makes the winner's fields visible to us.
+    match TIMER.compare_exchange(ptr::null_mut(), new, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {
+            let t: &'static Timer = new;
+            std::thread::Builder::new()
+                .name("ctxlock-timer".into())
+                .spawn(move || t.run())
+                .expect("ctxlock: cannot start the timer thread");
+            t
+        }
+        Err(winner) => {
+            // SAFETY: `new` came from Box::leak above and was never shared.
+            drop(unsafe { Box::from_raw(new) });
+            // SAFETY: as in `timer`.
+            unsafe { &*winner }
+        }
+    }
+}
+
+/// In a forked child: the timer thread is gone; start a new one with the pending entries.
+pub(crate) fn after_fork_in_child() {
+    // ORDERING: the child has a single thread now.
+    let old = TIMER.swap(ptr::null_mut(), Ordering::AcqRel);
+    if old.is_null() {
+        return;
+    }
+    // SAFETY: as in `timer`; the old timer stays leaked, its thread does not exist here.
+    let old = unsafe { &*old };
+    // If the parent's timer thread held the mutex at the fork, its entries are lost.
+    if let Ok(mut entries) = old.entries.try_lock() {
+        let pending = std::mem::take(&mut *entries);
+        drop(entries);
+        if !pending.due.is_empty() {
+            start(pending);
+        }
+    }
 }
 
 impl Timer {
@@ -100,7 +144,10 @@ pub(crate) fn schedule(at: Instant, node: Weak<Node>) -> Key {
 
 /// Forget an entry (its token was dropped).
 pub(crate) fn unschedule(key: Key) {
-    if let Some(t) = TIMER.get() {
+    // ORDERING: as in `timer`.
+    let t = TIMER.load(Ordering::Acquire);
+    // SAFETY: as in `timer`.
+    if let Some(t) = unsafe { t.as_ref() } {
         let removed = t.lock().due.remove(&key);
         drop(removed);
     }

@@ -55,6 +55,8 @@ pub(crate) struct Waiter {
     pub(crate) notify: Notify,
     /// When this acquire first queued: the start of the ~1 ms "time to be fair".
     pub(crate) since: Instant,
+    /// The process generation it queued in (see `fork.rs`).
+    pub(crate) generation: u64,
 }
 
 impl Waiter {
@@ -65,6 +67,7 @@ impl Waiter {
             mode,
             notify,
             since: Instant::now(),
+            generation: super::fork::generation(),
         }
     }
 

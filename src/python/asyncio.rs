@@ -29,7 +29,7 @@ use super::args;
 use super::cancel::PyCancelToken;
 use super::errors::LockTimeout;
 use super::lock::{token_error, TaskOwner};
-use super::unlock::PyUnlock;
+use super::unlock::{Owner, PyUnlock};
 
 /// The Python module `ctxlock._asyncio`.
 pub(crate) fn shim(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
@@ -55,7 +55,7 @@ pub(crate) fn acquire<'py>(
         }
     }
     if view.try_lock() {
-        let unlock = Bound::new(py, PyUnlock::new(view, true))?;
+        let unlock = Bound::new(py, PyUnlock::new(Owner::of(lock), true))?;
         return Ready::finished(py, Some(unlock.into_any().unbind()));
     }
     if timeout.is_now() {
@@ -146,6 +146,8 @@ struct Settle {
     /// `None`: the lock was acquired at once.
     wait: Option<TaskWait>,
     view: LockView,
+    /// The lock object, for the `Unlock` a successful wait returns.
+    lock: Py<PyAny>,
     settled: AtomicBool,
 }
 
@@ -239,7 +241,8 @@ pub(crate) struct Waiting {
 }
 
 impl Waiting {
-    pub(crate) fn queue(view: &LockView, event_loop: Py<PyAny>, fut: Py<PyAny>) -> Waiting {
+    pub(crate) fn queue(lock: &Bound<'_, PyAny>, event_loop: Py<PyAny>, fut: Py<PyAny>) -> Waiting {
+        let view = Owner::of(lock).view().clone();
         let bell = Arc::new(Doorbell {
             event_loop,
             fut,
@@ -248,7 +251,8 @@ impl Waiting {
         let wait = view.lock_task(Waker::from(bell.clone()));
         let settle = Arc::new(Settle {
             wait,
-            view: view.clone(),
+            view,
+            lock: lock.clone().unbind(),
             settled: AtomicBool::new(false),
         });
         let _ = bell.settle.set(Arc::downgrade(&settle));
@@ -298,7 +302,7 @@ impl Waiting {
             ));
         }
         if want_unlock {
-            Ok(Some(PyUnlock::new(&settle.view, true)))
+            Ok(Some(PyUnlock::new(Owner::of(settle.lock.bind(py)), true)))
         } else {
             TaskOwner::set(&settle.view);
             Ok(None)

@@ -130,20 +130,17 @@ macro_rules! lock_methods {
 
             #[pyo3(signature = (cancel = None, *, deadline = None, blocking = true))]
             fn acquire(
-                &self,
-                py: Python<'_>,
+                slf: &Bound<'_, Self>,
                 cancel: Option<&Bound<'_, PyAny>>,
                 deadline: Option<&Bound<'_, PyAny>>,
                 blocking: bool,
             ) -> PyResult<PyUnlock> {
-                let view = self.view();
-                $crate::python::lock::lock(py, view, cancel, deadline, blocking)?;
-                Ok(PyUnlock::new(view, false))
+                $crate::python::lock::lock(slf.py(), slf.get().view(), cancel, deadline, blocking)?;
+                Ok(PyUnlock::new(slf.clone().unbind().into(), false))
             }
 
-            fn try_acquire(&self) -> Option<PyUnlock> {
-                let view = self.view();
-                view.try_lock().then(|| PyUnlock::new(view, false))
+            fn try_acquire(slf: &Bound<'_, Self>) -> Option<PyUnlock> {
+                slf.get().view().try_lock().then(|| PyUnlock::new(slf.clone().unbind().into(), false))
             }
 
             fn locked(&self) -> bool {
@@ -187,11 +184,11 @@ macro_rules! lock_methods {
             }
 
             fn _queue_task(
-                &self,
+                slf: &Bound<'_, Self>,
                 loop_: Py<PyAny>,
                 fut: Py<PyAny>,
             ) -> $crate::python::asyncio::Waiting {
-                $crate::python::asyncio::Waiting::queue(self.view(), loop_, fut)
+                $crate::python::asyncio::Waiting::queue(slf.as_any(), loop_, fut)
             }
 
             fn __reduce__(&self) -> PyResult<()> {
@@ -213,8 +210,14 @@ pub(crate) struct PyLock {
 
 impl PyLock {
     #[inline]
-    fn view(&self) -> &LockView {
+    pub(crate) fn view(&self) -> &LockView {
         &self.lock
+    }
+}
+
+impl From<Py<PyLock>> for super::unlock::Owner {
+    fn from(lock: Py<PyLock>) -> Self {
+        super::unlock::Owner::Lock(lock)
     }
 }
 

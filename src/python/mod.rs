@@ -20,5 +20,17 @@ fn _ctxlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sharable::PyLockView>()?;
     m.add_class::<cancel::PyCancelToken>()?;
     m.add_class::<unlock::PyUnlock>()?;
+    let after_fork = wrap_pyfunction!(after_fork_in_child, m)?;
+    let kwargs = pyo3::types::PyDict::new(m.py());
+    kwargs.set_item("after_in_child", after_fork)?;
+    m.py()
+        .import("os")?
+        .call_method("register_at_fork", (), Some(&kwargs))?;
     Ok(())
+}
+
+/// Registered with `os.register_at_fork`: mend the core in a forked child (see `core/fork.rs`).
+#[pyfunction]
+fn after_fork_in_child() {
+    crate::core::fork::after_fork_in_child();
 }

@@ -72,8 +72,14 @@ pub(crate) struct PyLockView {
 
 impl PyLockView {
     #[inline]
-    fn view(&self) -> &LockView {
+    pub(crate) fn view(&self) -> &LockView {
         &self.view
+    }
+}
+
+impl From<Py<PyLockView>> for super::unlock::Owner {
+    fn from(view: Py<PyLockView>) -> Self {
+        super::unlock::Owner::View(view)
     }
 }
 

@@ -9,58 +9,135 @@ use pyo3::types::PyString;
 
 use crate::core::cancel::Registration;
 use crate::core::lock::LockView;
-use crate::core::unlock::Unlock;
 use crate::core::waiter::Mode;
 
 use super::cancel::PyCancelToken;
-use super::lock::TaskOwner;
+use super::lock::{PyLock, TaskOwner};
+use super::sharable::PyLockView;
 
 /// Garbage collection of a still-holding `Unlock` releases the lock and warns: a lock
 /// that nobody can reach any more must not stay held forever (that would hang every
 /// later acquire silently), and the warning points at the bug, like an unclosed file's.
+/// The lock object an `Unlock` belongs to. Holding the Python object (a plain
+/// reference-count increment under the GIL) instead of cloning the core's `Arc` keeps two
+/// atomic read-modify-writes off every acquire/unlock pair; the object keeps the slot alive.
+pub(crate) enum Owner {
+    Lock(Py<PyLock>),
+    View(Py<PyLockView>),
+}
+
+impl Owner {
+    #[inline]
+    pub(crate) fn view(&self) -> &LockView {
+        // `get` needs no GIL: both classes are frozen.
+        match self {
+            Owner::Lock(l) => l.get().view(),
+            Owner::View(v) => v.get().view(),
+        }
+    }
+
+    /// The owner of a hold taken through `lock`, which is a `Lock` or a `LockView`.
+    pub(crate) fn of(lock: &Bound<'_, PyAny>) -> Owner {
+        match lock.cast::<PyLock>() {
+            Ok(l) => Owner::Lock(l.clone().unbind()),
+            Err(_) => Owner::View(
+                lock.cast::<PyLockView>()
+                    .expect("BUG: an Unlock for an object that is not a lock")
+                    .clone()
+                    .unbind(),
+            ),
+        }
+    }
+}
+
 /// The once-only release of one acquire: call it to unlock; later calls do nothing.
+///
+/// Garbage collection of a still-holding `Unlock` releases the lock and warns: a lock
+/// that nobody can reach any more must not stay held forever (that would hang every
+/// later acquire silently), and the warning points at the bug, like an unclosed file's.
 #[pyclass(name = "Unlock", module = "ctxlock", frozen, freelist = 64)]
 pub(crate) struct PyUnlock {
-    inner: Unlock,
+    owner: Owner,
+    /// Set by the one call that releases.
+    released: AtomicBool,
     /// Set when an asyncio task holds the lock exclusively through this Unlock
     /// (self-deadlock detection, see `lock.rs`).
     task_owner: bool,
-    /// Whether `on_cancel` holds a registration (checked before taking its mutex).
+    /// Whether `on_cancel` holds registrations (checked before taking its mutex).
     has_registration: AtomicBool,
-    on_cancel: Mutex<Option<Registration>>,
+    /// One registration per `unlock_on_cancel` token; dropped on release.
+    on_cancel: Mutex<Vec<Registration>>,
 }
 
 impl PyUnlock {
-    pub(crate) fn new(view: &LockView, task_owner: bool) -> PyUnlock {
+    pub(crate) fn new(owner: Owner, task_owner: bool) -> PyUnlock {
         if task_owner {
-            TaskOwner::set(view);
+            TaskOwner::set(owner.view());
         }
         PyUnlock {
-            inner: Unlock::new(view.clone()),
+            owner,
+            released: AtomicBool::new(false),
             task_owner,
             has_registration: AtomicBool::new(false),
-            on_cancel: Mutex::new(None),
+            on_cancel: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn is_released(&self) -> bool {
+        // ORDERING: a snapshot; `claim_release` decides.
+        self.released.load(Ordering::Relaxed)
+    }
+
+    /// True for exactly one caller: the one that must release.
+    #[inline]
+    fn claim_release(&self) -> bool {
+        // With the GIL every caller is attached (Python calls, `__del__`, and the
+        // `unlock_on_cancel` callback, which attaches first), so calls are serialized
+        // and a load and a store decide as well as a swap would, without its locked
+        // instruction. ORDERING: Relaxed: the GIL orders these accesses.
+        #[cfg(not(Py_GIL_DISABLED))]
+        {
+            if self.released.load(Ordering::Relaxed) {
+                return false;
+            }
+            self.released.store(true, Ordering::Relaxed);
+            true
+        }
+        // Without the GIL, callers may race: one atomic swap decides. ORDERING: Relaxed
+        // RMWs on one atomic have a single order, so exactly one caller sees `false`;
+        // the release itself orders the critical section.
+        #[cfg(Py_GIL_DISABLED)]
+        {
+            !self.released.swap(true, Ordering::Relaxed)
+        }
+    }
+
+    fn registrations(&self) -> std::sync::MutexGuard<'_, Vec<Registration>> {
+        // Nothing panics under this mutex; a poisoned one still holds a valid Vec.
+        self.on_cancel.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn unregister_all(&self) {
+        let taken = std::mem::take(&mut *self.registrations());
+        for r in taken {
+            r.unregister();
         }
     }
 
     pub(crate) fn release(&self) -> bool {
-        if self.task_owner && !self.inner.released() {
-            TaskOwner::clear(self.inner.view());
-        }
-        if !self.inner.unlock() {
+        if !self.claim_release() {
             return false;
         }
+        let view = self.owner.view();
+        if self.task_owner {
+            TaskOwner::clear(view);
+        }
+        let released = view.unlock();
+        debug_assert!(released, "BUG: an Unlock did not hold its lock");
         // ORDERING: Acquire pairs with the Release store in `unlock_on_cancel`, so a set
         // flag means the registration is in the mutex.
         if self.has_registration.load(Ordering::Acquire) {
-            let taken = self
-                .on_cancel
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take();
-            if let Some(r) = taken {
-                r.unregister();
-            }
+            self.unregister_all();
         }
         true
     }
@@ -74,40 +151,30 @@ impl PyUnlock {
 
     #[getter]
     fn released(&self) -> bool {
-        self.inner.released()
+        self.is_released()
     }
 
     fn unlock_on_cancel(slf: &Bound<'_, Self>, token: &Bound<'_, PyAny>) -> PyResult<()> {
         let token = token
             .cast::<PyCancelToken>()
             .map_err(|_| PyTypeError::new_err("unlock_on_cancel() needs a CancelToken"))?;
+        let this = slf.get();
+        if this.is_released() {
+            return Ok(());
+        }
         let me: Py<PyUnlock> = slf.clone().unbind();
         let registration = token.get().token.on_cancel(move |_| {
-            // `get` needs no GIL: the class is frozen and its state is atomic.
-            me.get().release();
+            // Attach: releases are serialized by the GIL (see `claim_release`). During
+            // interpreter shutdown nothing can wait for the lock any more.
+            Python::try_attach(|_| me.get().release());
         });
         if let Some(r) = registration {
-            let this = slf.get();
-            let old = this
-                .on_cancel
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .replace(r);
+            this.registrations().push(r);
             // ORDERING: Release pairs with the Acquire load in `release`.
             this.has_registration.store(true, Ordering::Release);
-            if let Some(old) = old {
-                old.unregister();
-            }
-            if this.inner.released() {
-                // Released while we registered: do not keep the token's callback around.
-                let taken = this
-                    .on_cancel
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .take();
-                if let Some(r) = taken {
-                    r.unregister();
-                }
+            if this.is_released() {
+                // Released meanwhile (free-threaded): leave no callback behind.
+                this.unregister_all();
             }
         }
         Ok(())
@@ -127,11 +194,11 @@ impl PyUnlock {
     }
 
     fn __repr__(&self) -> String {
-        let mode = match self.inner.mode() {
+        let mode = match self.owner.view().mode() {
             Mode::Exclusive => "exclusive",
             Mode::Shared => "shared",
         };
-        let state = if self.inner.released() {
+        let state = if self.is_released() {
             "released"
         } else {
             "holding"
@@ -142,7 +209,7 @@ impl PyUnlock {
 
 impl Drop for PyUnlock {
     fn drop(&mut self) {
-        if self.inner.released() || !self.release() {
+        if !self.release() {
             return;
         }
         // Dropped by Python's deallocator, so attached; try_attach guards the odd case.

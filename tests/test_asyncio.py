@@ -1,0 +1,820 @@
+"""acquire_async and ``async with`` on Lock and both SharableLock views.
+
+Tasks wait in the same queue as threads, on any number of event loops. The races here run
+a few thousand times each (task cancellation, token cancellation, deadlines against unlock)
+and check after every round that the lock is free and was never held twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import gc
+import os
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import anyio
+import pytest
+from ctxlock import (
+    Cancelled,
+    CancelToken,
+    Lock,
+    LockTimeout,
+    LockView,
+    SharableLock,
+    Unlock,
+)
+
+# How long a test waits for something that should happen at once before it fails.
+PATIENCE = 5.0
+# Rounds of each race; a race also stops at RACE_SECONDS so a slow machine stays quick.
+# `make stress` (CTXLOCK_STRESS_SECONDS) runs each race for that long instead.
+_STRESS_SECONDS = float(os.environ.get("CTXLOCK_STRESS_SECONDS", "0"))
+RACE_ROUNDS = 2000 if _STRESS_SECONDS <= 0 else 1 << 62
+RACE_SECONDS = 2.0 if _STRESS_SECONDS <= 0 else _STRESS_SECONDS
+
+
+@dataclass
+class Target:
+    """The view under test and the exclusive view that blocks it."""
+
+    name: str
+    view: Lock | LockView
+    blocker: Lock | LockView
+    exclusive: bool
+
+
+def make_target(name: str) -> Target:
+    if name == "Lock":
+        lock = Lock()
+        return Target(name, lock, lock, True)
+    if name == "Lock(fair=True)":
+        lock = Lock(fair=True)
+        return Target(name, lock, lock, True)
+    rw = SharableLock()
+    if name == "exclusive":
+        return Target(name, rw.exclusive, rw.exclusive, True)
+    assert name == "shared"
+    return Target(name, rw.shared, rw.exclusive, False)
+
+
+ALL = ["Lock", "Lock(fair=True)", "exclusive", "shared"]
+EXCLUSIVE = ["Lock", "Lock(fair=True)", "exclusive"]
+
+
+@pytest.fixture(params=ALL)
+def target(request: pytest.FixtureRequest) -> Target:
+    return make_target(request.param)
+
+
+@pytest.fixture(params=EXCLUSIVE)
+def exclusive_target(request: pytest.FixtureRequest) -> Target:
+    return make_target(request.param)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def assert_free(target: Target) -> None:
+    """Nothing holds the lock in any mode."""
+    assert not target.view.locked()
+    assert not target.blocker.locked()
+    unlock = target.blocker.try_acquire()
+    assert unlock is not None, f"{target.name}: the lock leaked"
+    unlock()
+
+
+@dataclass
+class Holders:
+    """Counts the holders of each mode and records any overlap that exclusion forbids."""
+
+    readers: int = 0
+    writers: int = 0
+    entries: int = 0
+    overlaps: list[str] = field(default_factory=list)
+    meta: threading.Lock = field(default_factory=threading.Lock)
+
+    def enter(self, exclusive: bool, who: str = "") -> None:
+        with self.meta:
+            if self.writers or (exclusive and self.readers):
+                self.overlaps.append(
+                    f"{who} entered {'exclusive' if exclusive else 'shared'} with "
+                    f"{self.readers} readers, {self.writers} writers"
+                )
+            if exclusive:
+                self.writers += 1
+            else:
+                self.readers += 1
+            self.entries += 1
+
+    def leave(self, exclusive: bool) -> None:
+        with self.meta:
+            if exclusive:
+                self.writers -= 1
+            else:
+                self.readers -= 1
+
+
+def in_thread(fn: Callable[[], object]) -> concurrent.futures.Future[object]:
+    """Run ``fn`` in a new thread; the future has its result or exception."""
+    future: concurrent.futures.Future[object] = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn())
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=run, daemon=True).start()
+    return future
+
+
+async def settle(rounds: int = 5) -> None:
+    """Let every ready task run until it waits on something."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+# --- the basics ------------------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_acquire_async_returns_an_unlock(target: Target) -> None:
+    unlock = await target.view.acquire_async()
+    assert isinstance(unlock, Unlock)
+    assert target.view.locked()
+    assert target.blocker.try_acquire() is None
+    unlock()
+    assert unlock.released
+    unlock()  # once only: a second call does nothing
+    assert_free(target)
+
+
+@pytest.mark.asyncio
+async def test_async_with(target: Target) -> None:
+    async with target.view:
+        assert target.view.locked()
+        assert target.blocker.try_acquire() is None
+    assert_free(target)
+    with pytest.raises(ZeroDivisionError):
+        async with target.view:
+            _ = 1 / 0
+    assert_free(target)
+
+
+@pytest.mark.asyncio
+async def test_uncontended_acquire_does_not_yield_to_the_loop(target: Target) -> None:
+    loop = asyncio.get_running_loop()
+    ran: list[str] = []
+    loop.call_soon(ran.append, "callback")
+
+    unlock = await target.view.acquire_async()
+    assert ran == [], "acquire_async on a free lock went through the event loop"
+    unlock()
+    unlock = await target.view.acquire_async(CancelToken(), deadline=PATIENCE)
+    unlock()
+    async with target.view:
+        pass
+    assert ran == []
+
+    await asyncio.sleep(0)
+    assert ran == ["callback"]
+    assert_free(target)
+
+
+@pytest.mark.asyncio
+async def test_a_waiting_task_gets_the_lock_released_by_a_thread(target: Target) -> None:
+    holder = target.blocker.acquire()
+    waiter = asyncio.ensure_future(target.view.acquire_async())
+    await settle()
+    assert not waiter.done()
+    await asyncio.wrap_future(in_thread(holder))
+    unlock = await asyncio.wait_for(waiter, PATIENCE)
+    assert target.view.locked()
+    # An Unlock acquired in a task may be called from another thread.
+    await asyncio.wrap_future(in_thread(unlock))
+    assert unlock.released
+    assert_free(target)
+
+
+@pytest.mark.asyncio
+async def test_tasks_are_served_in_fifo_order(exclusive_target: Target) -> None:
+    """The promise-lock article's test: random work inside, order kept outside."""
+    lock = exclusive_target.view
+    out: list[int] = []
+
+    async def worker(i: int) -> None:
+        async with lock:
+            await asyncio.sleep(random.random() * 0.1)
+            out.append(i)
+
+    await asyncio.gather(*(asyncio.create_task(worker(i)) for i in range(10)))
+    assert out == list(range(10))
+    assert_free(exclusive_target)
+
+
+@pytest.mark.asyncio
+async def test_shared_tasks_hold_together() -> None:
+    rw = SharableLock()
+    inside = 0
+    most = 0
+    all_in = asyncio.Event()
+
+    async def reader() -> None:
+        nonlocal inside, most
+        async with rw.shared:
+            inside += 1
+            most = max(most, inside)
+            if inside == 5:
+                all_in.set()
+            await asyncio.wait_for(all_in.wait(), PATIENCE)
+            inside -= 1
+
+    await asyncio.gather(*(reader() for _ in range(5)))
+    assert most == 5
+
+
+# --- ways to stop waiting --------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_task_cancel_while_waiting(target: Target) -> None:
+    holder = target.blocker.acquire()
+    first = asyncio.ensure_future(target.view.acquire_async())
+    await settle()
+    second = asyncio.ensure_future(target.view.acquire_async())
+    await settle()
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    holder()
+    # The cancelled waiter left the queue: the one behind it gets the lock.
+    unlock = await asyncio.wait_for(second, PATIENCE)
+    unlock()
+    assert_free(target)
+
+
+@pytest.mark.asyncio
+async def test_task_cancel_inside_async_with_releases(target: Target) -> None:
+    entered = asyncio.Event()
+
+    async def holder() -> None:
+        async with target.view:
+            entered.set()
+            await asyncio.sleep(PATIENCE * 2)
+
+    task = asyncio.create_task(holder())
+    await asyncio.wait_for(entered.wait(), PATIENCE)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert_free(target)
+
+
+@pytest.mark.asyncio
+async def test_wait_for_timeout(target: Target) -> None:
+    holder = target.blocker.acquire()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(target.view.acquire_async(), 0.1)
+    holder()
+    assert_free(target)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.timeout is new in 3.11")
+@pytest.mark.asyncio
+async def test_asyncio_timeout(target: Target) -> None:
+    holder = target.blocker.acquire()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.1):  # type: ignore[attr-defined,unused-ignore]
+            await target.view.acquire_async()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.1):  # type: ignore[attr-defined,unused-ignore]
+            async with target.view:
+                pass
+    holder()
+    assert_free(target)
+
+
+@pytest.mark.asyncio
+async def test_deadline_raises_lock_timeout(target: Target) -> None:
+    holder = target.blocker.acquire()
+    with pytest.raises(LockTimeout):
+        await target.view.acquire_async(deadline=0.1)
+    with pytest.raises(LockTimeout):
+        await target.view.acquire_async(deadline=0)
+    with pytest.raises(LockTimeout):
+        await target.view.acquire_async(CancelToken(deadline=0.1))
+    holder()
+    assert_free(target)
+
+
+@pytest.mark.asyncio
+async def test_token_cancelled_from_a_thread(target: Target) -> None:
+    holder = target.blocker.acquire()
+    token = CancelToken()
+    timer = threading.Timer(0.1, token.cancel, args=("from a thread",))
+    timer.start()
+    try:
+        with pytest.raises(Cancelled) as cancelled:
+            await asyncio.wait_for(target.view.acquire_async(token), PATIENCE)
+    finally:
+        timer.cancel()
+    assert cancelled.value.reason == "from a thread"
+    holder()
+    assert_free(target)
+
+
+@pytest.mark.asyncio
+async def test_token_cancelled_from_another_task(target: Target) -> None:
+    holder = target.blocker.acquire()
+    token = CancelToken()
+
+    async def canceller() -> None:
+        await asyncio.sleep(0.05)
+        token.cancel("from a task")
+
+    other = asyncio.create_task(canceller())
+    with pytest.raises(Cancelled) as cancelled:
+        await asyncio.wait_for(target.view.acquire_async(token), PATIENCE)
+    await other
+    assert cancelled.value.reason == "from a task"
+    holder()
+    assert_free(target)
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_token_raises_even_when_free(target: Target) -> None:
+    token = CancelToken()
+    token.cancel("early")
+    with pytest.raises(Cancelled) as cancelled:
+        await target.view.acquire_async(token)
+    assert cancelled.value.reason == "early"
+    assert_free(target)
+
+
+@pytest.mark.asyncio
+async def test_bad_arguments(target: Target) -> None:
+    with pytest.raises(ValueError):
+        await target.view.acquire_async(deadline=-1)
+    with pytest.raises(ValueError):
+        await target.view.acquire_async(deadline=float("nan"))
+    with pytest.raises(TypeError):
+        await target.view.acquire_async(cancel=object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        await target.view.acquire_async(deadline="soon")  # type: ignore[arg-type]
+    assert_free(target)
+
+
+# --- races against unlock --------------------------------------------------------------------
+
+
+@pytest.fixture
+def other_thread() -> Iterator[concurrent.futures.ThreadPoolExecutor]:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        yield pool
+
+
+@pytest.mark.stress
+@pytest.mark.asyncio
+async def test_task_cancel_races_unlock(
+    target: Target, other_thread: concurrent.futures.ThreadPoolExecutor
+) -> None:
+    rng = random.Random(1)
+    holders = Holders()
+    outcomes = {"acquired": 0, "cancelled": 0}
+    end = time.monotonic() + RACE_SECONDS
+
+    async def waiter() -> None:
+        async with target.view:
+            holders.enter(target.exclusive, "task")
+            outcomes["acquired"] += 1
+            try:
+                if rng.random() < 0.3:
+                    await asyncio.sleep(0)  # may be cancelled here, inside
+            finally:
+                holders.leave(target.exclusive)
+
+    rounds = 0
+    while rounds < RACE_ROUNDS and time.monotonic() < end:
+        rounds += 1
+        holder = target.blocker.try_acquire()
+        assert holder is not None, f"round {rounds}: the lock leaked"
+        holders.enter(True, "holder")
+        task = asyncio.create_task(waiter())
+        for _ in range(rng.randrange(3)):
+            await asyncio.sleep(0)
+        holders.leave(True)
+        how = rng.randrange(5)
+        released: concurrent.futures.Future[None] | None = None
+        if how == 0:
+            holder()
+            task.cancel()
+        elif how == 1:
+            task.cancel()
+            holder()
+        elif how == 2:
+            released = other_thread.submit(holder)
+            task.cancel()
+        elif how == 3:
+            task.cancel()
+            released = other_thread.submit(holder)
+        else:
+            holder()
+            await asyncio.sleep(0)
+            task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            outcomes["cancelled"] += 1
+        if released is not None:
+            await asyncio.wrap_future(released)
+        assert holder.released
+        assert not holders.overlaps, holders.overlaps[:3]
+        unlock = target.blocker.try_acquire()
+        assert unlock is not None, f"round {rounds} (how={how}): the lock leaked"
+        unlock()
+    assert outcomes["cancelled"] > 0, outcomes
+    assert rounds > 100
+
+
+@pytest.mark.stress
+@pytest.mark.asyncio
+async def test_token_cancel_races_unlock(
+    target: Target, other_thread: concurrent.futures.ThreadPoolExecutor
+) -> None:
+    rng = random.Random(2)
+    holders = Holders()
+    outcomes = {"acquired": 0, "cancelled": 0}
+    end = time.monotonic() + RACE_SECONDS
+
+    async def waiter(token: CancelToken) -> None:
+        try:
+            unlock = await target.view.acquire_async(token)
+        except Cancelled as exc:
+            assert exc.reason == "race"
+            outcomes["cancelled"] += 1
+            return
+        with unlock:
+            holders.enter(target.exclusive, "task")
+            outcomes["acquired"] += 1
+            holders.leave(target.exclusive)
+
+    rounds = 0
+    while rounds < RACE_ROUNDS and time.monotonic() < end:
+        rounds += 1
+        holder = target.blocker.try_acquire()
+        assert holder is not None, f"round {rounds}: the lock leaked"
+        holders.enter(True, "holder")
+        token = CancelToken()
+        task = asyncio.create_task(waiter(token))
+        for _ in range(rng.randrange(3)):
+            await asyncio.sleep(0)
+        holders.leave(True)
+        how = rng.randrange(5)
+        done: concurrent.futures.Future[None] | None = None
+        if how == 0:
+            holder()
+            token.cancel("race")
+        elif how == 1:
+            token.cancel("race")
+            holder()
+        elif how == 2:
+            done = other_thread.submit(token.cancel, "race")
+            holder()
+        elif how == 3:
+            done = other_thread.submit(holder)
+            token.cancel("race")
+        else:
+            holder()
+            await asyncio.wait_for(asyncio.shield(task), PATIENCE)
+            token.cancel("race")
+        await asyncio.wait_for(task, PATIENCE)
+        if done is not None:
+            await asyncio.wrap_future(done)
+        assert not holders.overlaps, holders.overlaps[:3]
+        unlock = target.blocker.try_acquire()
+        assert unlock is not None, f"round {rounds} (how={how}): the lock leaked"
+        unlock()
+    assert outcomes["acquired"] > 0 and outcomes["cancelled"] > 0, outcomes
+    assert rounds > 100
+
+
+@pytest.mark.stress
+@pytest.mark.asyncio
+async def test_deadline_races_unlock(
+    target: Target, other_thread: concurrent.futures.ThreadPoolExecutor
+) -> None:
+    rng = random.Random(3)
+    holders = Holders()
+    end = time.monotonic() + RACE_SECONDS / 2
+    rounds = 0
+    while rounds < RACE_ROUNDS // 4 and time.monotonic() < end:
+        rounds += 1
+        holder = target.blocker.try_acquire()
+        assert holder is not None, f"round {rounds}: the lock leaked"
+        deadline = rng.random() * 0.002
+        task = asyncio.ensure_future(target.view.acquire_async(deadline=deadline))
+        await asyncio.sleep(rng.random() * 0.002)
+        await asyncio.wrap_future(other_thread.submit(holder))
+        try:
+            unlock = await asyncio.wait_for(task, PATIENCE)
+        except LockTimeout:
+            pass
+        else:
+            holders.enter(target.exclusive, "task")
+            holders.leave(target.exclusive)
+            unlock()
+        assert_free(target)
+    assert not holders.overlaps
+
+
+# --- many clients: threads and tasks on two loops --------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["Lock", "SharableLock"])
+def test_threads_and_two_event_loops_share_one_lock(kind: str) -> None:
+    if kind == "Lock":
+        lock = Lock()
+        views: list[tuple[Lock | LockView, bool]] = [(lock, True)]
+        blocker: Lock | LockView = lock
+    else:
+        rw = SharableLock()
+        views = [(rw.exclusive, True), (rw.shared, False)]
+        blocker = rw.exclusive
+    holders = Holders()
+    progress: dict[str, int] = {}
+    stop_at = time.monotonic() + 1.5
+    handed_over = 0
+
+    def thread_client(name: str) -> None:
+        rng = random.Random(name)
+        progress[name] = 0
+        while time.monotonic() < stop_at:
+            view, exclusive = rng.choice(views)
+            if rng.random() < 0.5:
+                with view:
+                    holders.enter(exclusive, name)
+                    time.sleep(0)
+                    holders.leave(exclusive)
+            else:
+                unlock = view.acquire(deadline=PATIENCE)
+                holders.enter(exclusive, name)
+                time.sleep(0)
+                holders.leave(exclusive)
+                unlock()
+            progress[name] += 1
+
+    async def task_client(name: str, releaser: concurrent.futures.ThreadPoolExecutor) -> None:
+        nonlocal handed_over
+        rng = random.Random(name)
+        progress[name] = 0
+        while time.monotonic() < stop_at:
+            view, exclusive = rng.choice(views)
+            how = rng.randrange(3)
+            if how == 0:
+                async with view:
+                    holders.enter(exclusive, name)
+                    await asyncio.sleep(0)
+                    holders.leave(exclusive)
+            else:
+                unlock = await view.acquire_async(deadline=PATIENCE)
+                holders.enter(exclusive, name)
+                await asyncio.sleep(0)
+                holders.leave(exclusive)
+                if how == 1:
+                    unlock()
+                else:
+                    # Released by another thread while this task goes on to queue again.
+                    releaser.submit(unlock)
+                    handed_over += 1
+            progress[name] += 1
+
+    def loop_client(name: str) -> None:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as releaser:
+
+            async def main() -> None:
+                await asyncio.gather(*(task_client(f"{name}-task{i}", releaser) for i in range(3)))
+
+            asyncio.run(main())
+
+    futures = [in_thread(lambda n=n: thread_client(n)) for n in ("thread0", "thread1")]
+    futures += [in_thread(lambda n=n: loop_client(n)) for n in ("loop0", "loop1")]
+    for future in futures:
+        future.result(timeout=PATIENCE * 4)
+    assert not holders.overlaps, holders.overlaps[:3]
+    assert len(progress) == 8
+    assert all(count > 0 for count in progress.values()), progress
+    assert handed_over > 0
+    unlock = blocker.try_acquire()
+    assert unlock is not None, "the lock leaked"
+    unlock()
+
+
+# --- blocking acquire on a loop thread -------------------------------------------------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("who", ["this task", "another task"])
+@pytest.mark.parametrize("case", ["Lock", "exclusive then exclusive", "exclusive then shared"])
+async def test_blocking_acquire_on_the_loop_of_a_holding_task_raises(case: str, who: str) -> None:
+    if case == "Lock":
+        held: Lock | LockView = Lock()
+        blocked: Lock | LockView = held
+    else:
+        rw = SharableLock()
+        held = rw.exclusive
+        blocked = rw.exclusive if case.endswith("exclusive") else rw.shared
+
+    release = asyncio.Event()
+    holding = asyncio.Event()
+    unlocks: list[Unlock] = []
+
+    async def hold() -> None:
+        unlocks.append(await held.acquire_async())
+        holding.set()
+        await release.wait()
+
+    if who == "this task":
+        unlocks.append(await held.acquire_async())
+        other = None
+    else:
+        other = asyncio.create_task(hold())
+        await asyncio.wait_for(holding.wait(), PATIENCE)
+    # Should the acquire hang instead of raising, a thread releases and the test fails.
+    rescue = threading.Timer(PATIENCE, unlocks[0])
+    rescue.start()
+    try:
+        with pytest.raises(RuntimeError, match=r"(?i)deadlock|loop"):
+            blocked.acquire()
+        with pytest.raises(RuntimeError, match=r"(?i)deadlock|loop"):
+            with blocked:
+                pass
+    finally:
+        rescue.cancel()
+        release.set()
+        unlocks[0]()
+        if other is not None:
+            await other
+    assert not held.locked()
+
+
+# --- CancelToken.wait_async ------------------------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_token_wait_async_returns_when_cancelled_from_a_thread() -> None:
+    token = CancelToken()
+    timer = threading.Timer(0.1, token.cancel, args=("done",))
+    timer.start()
+    try:
+        await asyncio.wait_for(token.wait_async(), PATIENCE)
+    finally:
+        timer.cancel()
+    assert token.cancelled
+    assert token.reason == "done"
+    # Already cancelled: returns at once.
+    await asyncio.wait_for(token.wait_async(), PATIENCE)
+
+
+@pytest.mark.asyncio
+async def test_token_wait_async_can_be_cancelled() -> None:
+    token = CancelToken()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(token.wait_async(), 0.05)
+    assert not token.cancelled
+
+
+@pytest.mark.asyncio
+async def test_token_wait_async_ends_at_the_token_deadline() -> None:
+    token = CancelToken(deadline=0.1)
+    await asyncio.wait_for(token.wait_async(), PATIENCE)
+    assert token.cancelled
+    assert isinstance(token.reason, LockTimeout)
+
+
+# --- waiters that can no longer be woken -----------------------------------------------------
+
+
+def wait_in_a_loop_then_close_it(target: Target, keep: list[object]) -> None:
+    """Run a loop in a thread with a task waiting on the lock; stop and close the loop.
+
+    The task is never cancelled: it is left pending on a closed loop. It goes into ``keep``
+    (if the caller wants it kept alive) or is dropped with everything else of that loop.
+    """
+    waiting = threading.Event()
+
+    async def waiter() -> None:
+        waiting.set()
+        async with target.view:
+            pytest.fail("a task on a closed loop got the lock")
+
+    def run() -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            task = loop.create_task(waiter())
+            keep.append(task)
+            loop.run_until_complete(asyncio.sleep(0.2))
+            assert not task.done()
+            assert waiting.is_set()
+        finally:
+            loop.close()
+
+    in_thread(run).result(timeout=PATIENCE)
+
+
+@pytest.mark.parametrize("waiter_kept_alive", [True, False])
+def test_a_waiter_on_a_closed_loop_never_blocks_the_queue(
+    target: Target, waiter_kept_alive: bool
+) -> None:
+    holder = target.blocker.acquire()
+    keep: list[object] = []
+    wait_in_a_loop_then_close_it(target, keep)
+    if not waiter_kept_alive:
+        keep.clear()
+        gc.collect()
+
+    # A thread queued behind the dead waiter still gets the lock.
+    got_in = threading.Event()
+
+    def thread_waiter() -> None:
+        with target.view.acquire(deadline=PATIENCE):
+            got_in.set()
+
+    done = in_thread(thread_waiter)
+    time.sleep(0.2)
+    holder()
+    assert got_in.wait(PATIENCE), "the waiter on a closed loop blocked the queue"
+    done.result(timeout=PATIENCE)
+    # And with nobody else queued, releasing past a dead waiter frees the lock.
+    holder = target.blocker.acquire()
+    wait_in_a_loop_then_close_it(target, keep)
+    holder()
+    unlock = target.blocker.acquire(deadline=PATIENCE)
+    unlock()
+    keep.clear()
+    gc.collect()
+    assert_free(target)
+
+
+# --- anyio -----------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_anyio_acquire_and_async_with(target: Target) -> None:
+    unlock = await target.view.acquire_async()
+    assert target.view.locked()
+    unlock()
+    async with target.view:
+        assert target.view.locked()
+    assert_free(target)
+
+
+@pytest.mark.anyio
+async def test_anyio_move_on_after_cancels_a_waiter_without_leaking(target: Target) -> None:
+    holder = target.blocker.acquire()
+    got: list[str] = []
+
+    async def second() -> None:
+        await anyio.sleep(0.05)  # queue behind the first waiter
+        async with target.view:
+            got.append("second")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(second)
+        with anyio.move_on_after(0.2) as scope:
+            await target.view.acquire_async()
+            got.append("first")
+        assert scope.cancelled_caught
+        holder()
+    assert got == ["second"]
+    assert_free(target)
+
+
+@pytest.mark.anyio
+async def test_anyio_tasks_exclude_each_other(exclusive_target: Target) -> None:
+    lock = exclusive_target.view
+    out: list[int] = []
+    inside = 0
+
+    async def worker(i: int) -> None:
+        nonlocal inside
+        await anyio.sleep(i * 0.005)
+        async with lock:
+            inside += 1
+            assert inside == 1
+            await anyio.sleep(0.01)
+            inside -= 1
+            out.append(i)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(8):
+            tg.start_soon(worker, i)
+    assert sorted(out) == list(range(8))
+    assert_free(exclusive_target)
