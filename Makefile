@@ -34,7 +34,9 @@ test-rust:
 	cargo test --quiet
 
 test-loom:
+ifneq ($(LOOM_TESTS),)
 	RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --quiet $(addprefix --test ,$(LOOM_TESTS))
+endif
 
 test-python:
 	$(PY) -m pytest

@@ -161,7 +161,6 @@ class Lock:
         tb: TracebackType | None,
     ) -> Awaitable[None]: ...
 
-
 @final
 class LockView:
     """One mode of a ``SharableLock``: ``rw.shared`` or ``rw.exclusive``.
@@ -225,8 +224,6 @@ class LockView:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> Awaitable[None]: ...
-
-
     @property
     def shared(self) -> bool:
         """True for ``rw.shared``, False for ``rw.exclusive``."""

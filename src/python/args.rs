@@ -2,7 +2,6 @@
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyFloat;
 
 use crate::core::deadline::{BadTimeout, Timeout};
 
@@ -14,19 +13,18 @@ pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<
     let Some(value) = value else {
         return Ok(Timeout::NEVER);
     };
-    let secs = match value.cast::<PyFloat>() {
-        Ok(f) => f.value(),
-        Err(_) => value.extract::<f64>().map_err(|_| {
-            let ty = value
-                .get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_else(|_| "?".into());
-            PyTypeError::new_err(format!(
-                "{name} must be a number of seconds or None, not {ty}"
-            ))
-        })?,
-    };
+    // `extract::<f64>` takes floats directly and ints (and anything with `__float__`)
+    // through `PyFloat_AsDouble`.
+    let secs = value.extract::<f64>().map_err(|_| {
+        let ty = value
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_else(|_| "?".into());
+        PyTypeError::new_err(format!(
+            "{name} must be a number of seconds or None, not {ty}"
+        ))
+    })?;
     Timeout::from_secs(secs).map_err(|e| match e {
         BadTimeout::NaN | BadTimeout::Negative => {
             PyValueError::new_err(format!("{name} {e}, got {secs}"))
