@@ -31,13 +31,14 @@ use super::errors::LockTimeout;
 use super::lock::{token_error, TaskOwner};
 use super::unlock::{Owner, PyUnlock};
 
-/// The Python module `ctxlock._asyncio`.
-pub(crate) fn shim(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
-    static SHIM: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
-    Ok(SHIM
-        .get_or_try_init(py, || py.import("ctxlock._asyncio").map(Bound::unbind))?
-        .bind(py))
+/// A function of the Python half, `ctxlock._asyncio`, looked up once.
+macro_rules! shim_fn {
+    ($py:expr, $name:literal) => {{
+        static FUNCTION: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        FUNCTION.import($py, "ctxlock._asyncio", $name)
+    }};
 }
+pub(crate) use shim_fn;
 
 /// `acquire_async(cancel, *, deadline)`.
 pub(crate) fn acquire<'py>(
@@ -62,7 +63,7 @@ pub(crate) fn acquire<'py>(
         return Ready::failed(py, LockTimeout::new_err("the lock is taken (deadline=0)"));
     }
     let secs = timeout.duration().map(|d| d.as_secs_f64());
-    shim(py)?.call_method1("acquire", (lock, token, secs, true))
+    shim_fn!(py, "acquire")?.call1((lock, token, secs, true))
 }
 
 /// `__aenter__`.
@@ -72,7 +73,7 @@ pub(crate) fn enter<'py>(lock: &Bound<'py, PyAny>, view: &LockView) -> PyResult<
         TaskOwner::set(view);
         return Ready::done(py);
     }
-    shim(py)?.call_method1("acquire", (lock, py.None(), py.None(), false))
+    shim_fn!(py, "acquire")?.call1((lock, py.None(), py.None(), false))
 }
 
 /// `__aexit__`.

@@ -113,7 +113,7 @@ impl PyCancelToken {
     }
 
     fn wait_async<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        super::asyncio::shim(slf.py())?.call_method1("wait_token", (slf,))
+        super::asyncio::shim_fn!(slf.py(), "wait_token")?.call1((slf,))
     }
 
     fn on_cancel(&self, r#fn: Bound<'_, PyAny>) -> PyResult<OnCancel> {
