@@ -316,6 +316,7 @@ mod tests {
 
     #[test]
     fn on_cancel_runs_once_or_not_at_all() {
+        // ORDERING: SeqCst throughout this test: a plain counter, simplest to read.
         let t = CancelToken::default();
         let runs = Arc::new(AtomicUsize::new(0));
         let r1 = runs.clone();

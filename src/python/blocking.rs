@@ -24,6 +24,8 @@ static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
     /// A process-unique number for the calling thread (never 0).
+    // ORDERING: Relaxed: RMWs on one atomic never hand out the same value twice, and
+    // the number orders nothing.
     static THREAD: u64 = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
     /// Whether this is Python's main thread, asked once per thread on the slow path.
     static MAIN: Cell<Option<bool>> = const { Cell::new(None) };
@@ -31,8 +33,6 @@ thread_local! {
 
 /// A process-unique number for the calling thread.
 pub(crate) fn thread_ident() -> u64 {
-    // ORDERING: Relaxed is enough for a counter handing out distinct numbers: RMWs on one
-    // atomic never hand out the same value twice.
     THREAD.with(|t| *t)
 }
 

@@ -15,7 +15,6 @@ use crate::core::waiter::Mode;
 
 use super::args;
 use super::blocking::{self, thread_ident};
-use super::cancel::PyCancelToken;
 use super::errors::{cancelled, to_pyerr, LockTimeout, WouldBlock};
 use super::unlock::PyUnlock;
 
@@ -238,7 +237,3 @@ lock_methods!(PyLock {
         format!("<ctxlock.Lock {state} fair={} waiting={}>", if self.lock.is_fair() { "True" } else { "False" }, self.lock.queued())
     }
 });
-
-// Keep the imports used only inside the macro expansion visible to it.
-#[allow(unused_imports)]
-use PyCancelToken as _;
