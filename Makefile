@@ -32,6 +32,7 @@ lint:
 
 test-rust:
 	cargo test --quiet
+	cargo bench --quiet --bench core -- --test
 
 test-loom:
 ifneq ($(LOOM_TESTS),)

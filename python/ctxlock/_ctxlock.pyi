@@ -238,7 +238,8 @@ class SharableLock:
     one out gives it back. While an exclusive acquirer waits, new shared acquirers queue
     (writers are not starved). When an exclusive holder unlocks, every shared acquirer
     that was waiting then gets in before the next exclusive one (readers are not starved).
-    An exclusive waiter that gives up lets the readers it held back in at once.
+    An exclusive waiter that gives up lets the readers it held back in at once (if
+    another exclusive waiter is still queued, they stay behind it and get in right after).
     """
 
     def __new__(cls) -> SharableLock: ...

@@ -195,7 +195,8 @@ impl Deref for Lock {
 /// While an exclusive acquirer waits, new shared acquirers queue behind it, so writers
 /// are not starved. When an exclusive holder unlocks, every shared acquirer waiting at
 /// that moment joins the reader group before the next exclusive one, so readers are not
-/// starved. An exclusive waiter that gives up lets the readers it held back in at once.
+/// starved. An exclusive waiter that gives up lets the readers it held back in at once
+/// (if another exclusive waiter is still queued, they stay behind it and follow it).
 #[derive(Clone)]
 pub struct SharableLock {
     shared: LockView,

@@ -11,7 +11,8 @@
 //! the queue mutex: it applies the release (if any), asks the grant policy whom to hand
 //! the slot to, writes the new state with one CAS, and only then marks the grantees
 //! `GRANTED`. A waiter that gives up calls [`Slot::abandon`], which settles too, so a
-//! timed-out writer lets the readers it held back in at once, and a cancelled head
+//! timed-out writer lets the readers it held back in at once (unless another writer
+//! still waits ahead of them), and a cancelled head
 //! waiter never strands the ones behind it (the bug x/sync's semaphore fixed in 2020).
 //!
 //! Grant policy (hand-off vs barging):
@@ -33,6 +34,7 @@ use super::waiter::{Mode, Waiter, ABANDONED, GRANTED, RETRY, WAITING};
 
 /// How long a queued thread may be overtaken by barging before the next release hands
 /// the slot to it directly (CPython's `TIME_TO_BE_FAIR_NS`).
+#[cfg_attr(loom, allow(dead_code))]
 pub(crate) const FAIR_AFTER: Duration = Duration::from_millis(1);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

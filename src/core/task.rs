@@ -14,6 +14,10 @@ use super::sync::{lock, Arc};
 use super::waiter::{Notify, Waiter, GRANTED};
 
 /// A queued asynchronous acquire.
+///
+/// Dropping it while it is still queued takes it out of the queue (and passes on a lock
+/// handed to it in that very moment). Once [`TaskWait::granted`] is true the hold is the
+/// caller's, to release with the view's `unlock`, exactly as after `try_lock`.
 pub struct TaskWait {
     view: LockView,
     waiter: Arc<Waiter>,
@@ -25,7 +29,7 @@ impl TaskWait {
         let acquired = view
             .slot()
             .acquire_or_queue(&mut lock(view.slot().queue()), &waiter);
-        (!acquired).then_some(TaskWait { view, waiter })
+        (!acquired).then(|| TaskWait { view, waiter })
     }
 
     /// Whether the lock has been handed to this waiter (then it owns it).
@@ -41,5 +45,15 @@ impl TaskWait {
 
     pub fn view(&self) -> &LockView {
         &self.view
+    }
+}
+
+impl Drop for TaskWait {
+    fn drop(&mut self) {
+        if !self.granted() && !self.abandon() {
+            // Granted between the check and the abandon: nobody can have seen it, so the
+            // lock goes to the next waiter instead of staying held by a dropped waiter.
+            self.view.unlock();
+        }
     }
 }

@@ -54,6 +54,7 @@ pub(crate) struct Waiter {
     pub(crate) mode: Mode,
     pub(crate) notify: Notify,
     /// When this acquire first queued: the start of the ~1 ms "time to be fair".
+    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) since: Instant,
     /// The process generation it queued in (see `fork.rs`).
     pub(crate) generation: u64,

@@ -1,0 +1,812 @@
+//! `Lock` through the public API: the fast path, exclusion, fairness, deadlines,
+//! cancellation tokens, interrupts, `Unlock` and asynchronous (`TaskWait`) waiters.
+//!
+//! Waits for another thread are bounded by `support::PATIENCE`, and tests that block
+//! with `forever()` run under `support::watchdog`, so a lost wake-up fails the test
+//! instead of hanging it. No test measures speed.
+#![cfg(not(loom))] // loom's types only work inside `loom::model`: see `loom_lock.rs`.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ctxlock::{forever, AcquireError, CancelToken, Interrupt, Lock, Timeout, Unlock, Wait};
+use support::{
+    for_at_most, label, noop_waker, reason, until_cancelled, wait_until, watchdog, CountingWaker,
+    PATIENCE,
+};
+
+/// Both kinds of `Lock`; most properties hold for either.
+fn both() -> [Lock; 2] {
+    [Lock::new(), Lock::fair()]
+}
+
+/// Counts holders inside a critical section; entering beside another holder fails.
+#[derive(Default)]
+struct Holders(AtomicUsize);
+
+impl Holders {
+    fn enter(&self) {
+        // ORDERING: SeqCst; a test counter, kept simple.
+        assert_eq!(
+            self.0.fetch_add(1, Ordering::SeqCst),
+            0,
+            "two holders at once"
+        );
+    }
+
+    fn leave(&self) {
+        // ORDERING: SeqCst; as in `enter`.
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The lock is free, nobody waits, and it can be taken and given back.
+fn assert_free(lock: &Lock) {
+    assert!(!lock.is_locked(), "the lock is still held");
+    assert_eq!(lock.queued(), 0, "a waiter was left in the queue");
+    assert!(lock.try_lock(), "a free lock cannot be taken");
+    assert!(lock.unlock());
+}
+
+#[test]
+fn test_uncontended_lock_and_unlock() {
+    for lock in both() {
+        assert!(!lock.is_locked());
+        assert!(lock.try_lock());
+        assert!(lock.is_locked());
+        assert!(!lock.try_lock(), "a held lock was taken again");
+        assert!(lock.unlock());
+        assert!(
+            !lock.unlock(),
+            "unlocking a free lock must report nothing released"
+        );
+        assert!(!lock.is_locked());
+
+        lock.lock(forever()).unwrap();
+        assert!(lock.is_locked());
+        assert!(lock.unlock());
+
+        let unlock = lock.try_acquire().expect("free");
+        assert!(lock.try_acquire().is_none());
+        assert!(unlock.unlock());
+        assert_free(&lock);
+    }
+    assert!(Lock::fair().is_fair() && !Lock::new().is_fair() && !Lock::default().is_fair());
+}
+
+#[test]
+fn test_clones_share_one_slot() {
+    let lock = Lock::new();
+    let clone = lock.clone();
+    assert!(lock.same_slot(&clone) && !lock.same_slot(&Lock::new()));
+    assert!(clone.try_lock());
+    assert!(lock.is_locked() && !lock.try_lock());
+    assert!(lock.unlock());
+    assert!(!clone.is_locked());
+}
+
+#[test]
+fn test_mutual_exclusion_under_threads() {
+    let _watchdog = watchdog("test_mutual_exclusion_under_threads");
+    const THREADS: usize = 8;
+    const ROUNDS: usize = 2_000;
+    for lock in both() {
+        let holders = Holders::default();
+        let count = AtomicUsize::new(0);
+        thread::scope(|s| {
+            for t in 0..THREADS {
+                let (lock, holders, count) = (&lock, &holders, &count);
+                s.spawn(move || {
+                    for i in 0..ROUNDS {
+                        // Mix the three ways in: blocking, non-blocking, once-only handle.
+                        let unlock = match (t + i) % 3 {
+                            0 => {
+                                lock.lock(forever()).unwrap();
+                                None
+                            }
+                            1 => {
+                                while !lock.try_lock() {
+                                    thread::yield_now();
+                                }
+                                None
+                            }
+                            _ => Some(lock.acquire(forever()).unwrap()),
+                        };
+                        holders.enter();
+                        // ORDERING: Relaxed load and store, not an RMW: only the lock keeps
+                        // two updates from overwriting each other.
+                        let n = count.load(Ordering::Relaxed);
+                        // ORDERING: as above.
+                        count.store(n + 1, Ordering::Relaxed);
+                        holders.leave();
+                        match unlock {
+                            Some(u) => assert!(u.unlock()),
+                            None => assert!(lock.unlock()),
+                        }
+                    }
+                });
+            }
+        });
+        // ORDERING: the scope joined every thread.
+        assert_eq!(
+            count.load(Ordering::Relaxed),
+            THREADS * ROUNDS,
+            "an update was lost"
+        );
+        assert_free(&lock);
+    }
+}
+
+#[test]
+fn test_fair_lock_is_fifo() {
+    let _watchdog = watchdog("test_fair_lock_is_fifo");
+    const WAITERS: usize = 8;
+    let lock = Lock::fair();
+    let order = Mutex::new(Vec::new());
+    assert!(lock.try_lock());
+    thread::scope(|s| {
+        for i in 0..WAITERS {
+            let (lock, order) = (&lock, &order);
+            s.spawn(move || {
+                lock.lock(for_at_most(PATIENCE)).expect("never granted");
+                order.lock().unwrap().push(i);
+                assert!(lock.unlock());
+            });
+            // The next thread starts only once this one is queued: the order is known.
+            wait_until("the waiter queued", || lock.queued() == i + 1);
+        }
+        assert!(lock.unlock());
+    });
+    assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
+    assert_free(&lock);
+}
+
+#[test]
+fn test_fair_lock_is_fifo_across_threads_and_tasks() {
+    let _watchdog = watchdog("test_fair_lock_is_fifo_across_threads_and_tasks");
+    // Waiters 0 and 2 are threads, 1 and 3 are tasks; each records itself while it holds.
+    let lock = Lock::fair();
+    let order = Mutex::new(Vec::new());
+    assert!(lock.try_lock());
+    thread::scope(|s| {
+        let mut tasks = Vec::new();
+        for i in 0..4 {
+            if i % 2 == 0 {
+                let (lock, order) = (&lock, &order);
+                s.spawn(move || {
+                    lock.lock(for_at_most(PATIENCE)).expect("never granted");
+                    order.lock().unwrap().push(i);
+                    assert!(lock.unlock());
+                });
+                wait_until("the thread queued", || lock.queued() == i + 1);
+            } else {
+                let (_, waker) = CountingWaker::new();
+                tasks.push((i, lock.lock_task(waker).expect("held, so it queues")));
+                assert_eq!(lock.queued(), i + 1);
+            }
+        }
+        assert!(lock.unlock());
+        for (i, task) in tasks {
+            wait_until("the task is granted", || task.granted());
+            order.lock().unwrap().push(i);
+            assert!(lock.unlock());
+        }
+    });
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3]);
+    assert_free(&lock);
+}
+
+#[test]
+fn test_barging_lock_never_starves_a_waiter() {
+    let _watchdog = watchdog("test_barging_lock_never_starves_a_waiter");
+    // Holders that re-take the lock the moment they drop it: a barging release only
+    // wakes the queued thread to re-compete, and by the time it runs the lock is taken
+    // again, so it would wait for ever if the lock did not hand it over after ~1 ms.
+    const BARGERS: usize = 2;
+    const WAITS: usize = 20;
+    let lock = Lock::new();
+    let holders = Holders::default();
+    let done = AtomicBool::new(false);
+    thread::scope(|s| {
+        for _ in 0..BARGERS {
+            let (lock, holders, done) = (&lock, &holders, &done);
+            s.spawn(move || {
+                // ORDERING: Relaxed; a stop flag, it orders nothing.
+                while !done.load(Ordering::Relaxed) {
+                    lock.lock(forever()).unwrap();
+                    holders.enter();
+                    thread::sleep(Duration::from_micros(50));
+                    holders.leave();
+                    assert!(lock.unlock());
+                }
+            });
+        }
+        wait_until("the bargers hold the lock", || lock.is_locked());
+        for _ in 0..WAITS {
+            // Bounded: the waiter gets the lock long before PATIENCE runs out.
+            lock.lock(for_at_most(PATIENCE))
+                .expect("a waiter was starved by barging");
+            holders.enter();
+            holders.leave();
+            assert!(lock.unlock());
+        }
+        // ORDERING: Relaxed; see the load.
+        done.store(true, Ordering::Relaxed);
+    });
+    assert_free(&lock);
+}
+
+#[test]
+fn test_barging_lock_hands_over_to_a_thread_that_waited_long_enough() {
+    let _watchdog = watchdog("test_barging_lock_hands_over_to_a_thread_that_waited_long_enough");
+    // The bound behind the test above, checked without a race: once a queued thread
+    // has waited ~1 ms (`FAIR_AFTER`), the next unlock hands it the lock inside the
+    // unlock call, so the unlocker's immediate `try_lock` cannot take it back.
+    let lock = Lock::new();
+    let (let_go, go) = mpsc::channel::<()>();
+    assert!(lock.try_lock());
+    thread::scope(|s| {
+        let lock = &lock;
+        let waiter = s.spawn(move || {
+            lock.lock(for_at_most(PATIENCE)).expect("never granted");
+            // Hold until the unlocker has tried to take the lock back.
+            go.recv_timeout(PATIENCE).expect("never let go");
+            assert!(lock.unlock());
+        });
+        wait_until("the waiter queued", || lock.queued() == 1);
+        thread::sleep(Duration::from_millis(5));
+        assert!(lock.unlock());
+        assert!(!lock.try_lock(), "a waiter past FAIR_AFTER was barged");
+        let_go.send(()).unwrap();
+        waiter.join().unwrap();
+    });
+    assert_free(&lock);
+}
+
+#[test]
+fn test_deadline_timeout_leaves_the_queue_empty_and_the_lock_usable() {
+    let _watchdog = watchdog("test_deadline_timeout_leaves_the_queue_empty_and_the_lock_usable");
+    for lock in both() {
+        assert!(lock.try_lock());
+        // A deadline that has passed: one try, no queueing.
+        let r = lock.lock(Wait::<std::convert::Infallible> {
+            deadline: Timeout::NOW.deadline(),
+            ..Wait::default()
+        });
+        assert!(matches!(r, Err(AcquireError::Timeout)), "{r:?}");
+        // A short deadline from another thread, with a waiter queued behind it that
+        // must not be stranded when the head times out.
+        thread::scope(|s| {
+            let timed = s.spawn(|| lock.lock(for_at_most(Duration::from_millis(50))));
+            wait_until("the first waiter queued", || lock.queued() == 1);
+            let behind = s.spawn(|| {
+                lock.lock(forever()).unwrap();
+                assert!(lock.unlock());
+            });
+            let r = timed.join().unwrap();
+            assert!(matches!(r, Err(AcquireError::Timeout)), "{r:?}");
+            assert!(
+                lock.is_locked(),
+                "a timed-out waiter released the holder's lock"
+            );
+            assert!(lock.queued() <= 1, "the timed-out waiter is still queued");
+            assert!(lock.unlock());
+            behind.join().unwrap();
+        });
+        assert_free(&lock);
+    }
+}
+
+#[test]
+fn test_timeout_grant_race_never_leaks_the_slot() {
+    let _watchdog = watchdog("test_timeout_grant_race_never_leaks_the_slot");
+    // The holder unlocks about when the waiter's deadline passes: the waiter either
+    // acquires (granted wins over a timeout) or times out; the lock never stays held.
+    for lock in both() {
+        let holders = Holders::default();
+        let (mut acquired, mut timed_out) = (0, 0);
+        for i in 0..300 {
+            assert!(lock.try_lock());
+            holders.enter();
+            let waited = thread::scope(|s| {
+                let waiter = s.spawn(|| {
+                    let r = lock.lock(for_at_most(Duration::from_micros(500)));
+                    if r.is_ok() {
+                        holders.enter();
+                        holders.leave();
+                        assert!(lock.unlock());
+                    }
+                    r
+                });
+                thread::sleep(Duration::from_micros(300 + 50 * (i % 9)));
+                holders.leave();
+                assert!(lock.unlock());
+                waiter.join().unwrap()
+            });
+            match waited {
+                Ok(()) => acquired += 1,
+                Err(AcquireError::Timeout) => timed_out += 1,
+                Err(e) => panic!("unexpected {e:?}"),
+            }
+            assert!(!lock.is_locked(), "the slot leaked (round {i})");
+            assert_eq!(lock.queued(), 0, "a waiter leaked (round {i})");
+        }
+        eprintln!(
+            "fair={}: {acquired} acquired, {timed_out} timed out",
+            lock.is_fair()
+        );
+        assert_free(&lock);
+    }
+}
+
+#[test]
+fn test_token_cancel_wakes_a_waiter_with_its_reason() {
+    let _watchdog = watchdog("test_token_cancel_wakes_a_waiter_with_its_reason");
+    for lock in both() {
+        let token = CancelToken::default();
+        assert!(lock.try_lock());
+        let (tx, rx) = mpsc::channel();
+        thread::scope(|s| {
+            let (lock, token) = (&lock, &token);
+            s.spawn(move || tx.send(lock.lock(until_cancelled(token))).unwrap());
+            wait_until("the waiter queued", || lock.queued() == 1);
+            assert!(token.cancel(reason("stop")));
+            // The waiter has no deadline: only the cancel can end its wait.
+            match rx
+                .recv_timeout(PATIENCE)
+                .expect("the cancel did not wake the waiter")
+            {
+                Err(AcquireError::Cancelled(r)) => assert_eq!(label(&r), "stop"),
+                other => panic!("expected Cancelled, got {other:?}"),
+            }
+        });
+        assert_eq!(lock.queued(), 0);
+        assert_eq!(
+            token.registrations(),
+            0,
+            "the waiter's wake-up is still registered"
+        );
+        assert!(
+            lock.is_locked(),
+            "a cancelled waiter released the holder's lock"
+        );
+        assert!(lock.unlock());
+        assert_free(&lock);
+    }
+}
+
+#[test]
+fn test_one_cancel_wakes_every_waiter_of_the_token() {
+    let _watchdog = watchdog("test_one_cancel_wakes_every_waiter_of_the_token");
+    let (a, b) = (Lock::new(), Lock::fair());
+    let parent = CancelToken::default();
+    let child = parent.child(None);
+    assert!(a.try_lock() && b.try_lock());
+    thread::scope(|s| {
+        let waiters = [(&a, &parent), (&b, &parent), (&a, &child), (&b, &child)]
+            .map(|(lock, token)| s.spawn(move || lock.lock(until_cancelled(token))));
+        wait_until("all four queued", || a.queued() == 2 && b.queued() == 2);
+        parent.cancel(reason("parent"));
+        for w in waiters {
+            match w.join().unwrap() {
+                Err(AcquireError::Cancelled(r)) => assert_eq!(label(&r), "parent"),
+                other => panic!("expected Cancelled, got {other:?}"),
+            }
+        }
+    });
+    for lock in [&a, &b] {
+        assert!(lock.unlock());
+        assert_free(lock);
+    }
+}
+
+#[test]
+fn test_token_deadline_cancels_with_its_reason() {
+    for lock in both() {
+        let token = CancelToken::new(Some((
+            Instant::now() + Duration::from_millis(20),
+            reason("deadline"),
+        )));
+        assert!(lock.try_lock());
+        match lock.lock(until_cancelled(&token)) {
+            Err(AcquireError::Cancelled(r)) => assert_eq!(label(&r), "deadline"),
+            other => panic!("expected Cancelled, got {other:?}"),
+        }
+        assert!(token.is_cancelled());
+        assert_eq!(lock.queued(), 0);
+        assert!(lock.unlock());
+        assert_free(&lock);
+    }
+}
+
+#[test]
+fn test_cancelled_token_fails_at_once_even_if_free() {
+    for lock in both() {
+        let token = CancelToken::default();
+        token.cancel(reason("early"));
+        let child = token.child(None);
+        for t in [&token, &child] {
+            match lock.lock(until_cancelled(t)) {
+                Err(AcquireError::Cancelled(r)) => assert_eq!(label(&r), "early"),
+                other => panic!("expected Cancelled, got {other:?}"),
+            }
+            assert!(lock.acquire(until_cancelled(t)).is_err());
+            assert!(!lock.is_locked(), "a failed acquire took the lock");
+        }
+        assert_free(&lock);
+    }
+}
+
+#[test]
+fn test_grant_cancel_race_never_double_holds() {
+    let _watchdog = watchdog("test_grant_cancel_race_never_double_holds");
+    // The holder unlocks at the same moment as the waiter's token is cancelled, while a
+    // third thread tries to barge in. Whatever wins, nobody holds beside anybody and
+    // the lock ends free with nobody queued.
+    const ROUNDS: usize = 1_000;
+    for lock in both() {
+        let holders = Holders::default();
+        let (mut acquired, mut cancelled) = (0, 0);
+        for i in 0..ROUNDS {
+            let token = CancelToken::default();
+            let go = Barrier::new(3);
+            assert!(lock.try_lock());
+            holders.enter();
+            let got_it = thread::scope(|s| {
+                let (lock, holders, token, go) = (&lock, &holders, &token, &go);
+                let waiter = s.spawn(move || match lock.lock(until_cancelled(token)) {
+                    Ok(()) => {
+                        holders.enter();
+                        holders.leave();
+                        assert!(lock.unlock());
+                        true
+                    }
+                    Err(AcquireError::Cancelled(r)) => {
+                        assert_eq!(label(&r), "race");
+                        false
+                    }
+                    Err(e) => panic!("unexpected {e:?}"),
+                });
+                wait_until("the waiter queued", || lock.queued() == 1);
+                s.spawn(move || {
+                    go.wait();
+                    token.cancel(reason("race"));
+                });
+                s.spawn(move || {
+                    go.wait();
+                    if lock.try_lock() {
+                        holders.enter();
+                        holders.leave();
+                        assert!(lock.unlock());
+                    }
+                });
+                go.wait();
+                holders.leave();
+                assert!(lock.unlock());
+                waiter.join().unwrap()
+            });
+            if got_it {
+                acquired += 1;
+            } else {
+                cancelled += 1;
+            }
+            assert!(!lock.is_locked(), "the slot leaked (round {i})");
+            assert_eq!(lock.queued(), 0, "a waiter leaked (round {i})");
+            assert_eq!(token.registrations(), 0);
+        }
+        eprintln!(
+            "fair={}: {acquired} acquired, {cancelled} cancelled",
+            lock.is_fair()
+        );
+        assert_free(&lock);
+    }
+}
+
+static STOP_WAITING: AtomicBool = AtomicBool::new(false);
+
+/// The interrupt check of `test_interrupt_ends_a_wait`: fails once the flag is set, the
+/// way a Python signal handler raises.
+fn stop_waiting() -> Result<(), &'static str> {
+    // ORDERING: Relaxed; the check runs again every slice until it sees the flag.
+    if STOP_WAITING.load(Ordering::Relaxed) {
+        Err("signal")
+    } else {
+        Ok(())
+    }
+}
+
+#[test]
+fn test_interrupt_ends_a_wait_and_leaves_the_lock_consistent() {
+    let _watchdog = watchdog("test_interrupt_ends_a_wait_and_leaves_the_lock_consistent");
+    for lock in both() {
+        // ORDERING: Relaxed; see `stop_waiting`.
+        STOP_WAITING.store(false, Ordering::Relaxed);
+        assert!(lock.try_lock());
+        thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                lock.lock(Wait {
+                    deadline: None,
+                    cancel: None,
+                    interrupt: Some(Interrupt {
+                        every: Duration::from_millis(2),
+                        check: stop_waiting,
+                    }),
+                })
+            });
+            wait_until("the waiter queued", || lock.queued() == 1);
+            // ORDERING: Relaxed; see `stop_waiting`.
+            STOP_WAITING.store(true, Ordering::Relaxed);
+            match waiter.join().unwrap() {
+                Err(AcquireError::Interrupted(e)) => assert_eq!(e, "signal"),
+                other => panic!("expected Interrupted, got {other:?}"),
+            }
+        });
+        assert_eq!(lock.queued(), 0);
+        assert!(
+            lock.is_locked(),
+            "an interrupted waiter released the holder's lock"
+        );
+        assert!(lock.unlock());
+        assert_free(&lock);
+    }
+}
+
+static INTERRUPT_NOW: AtomicBool = AtomicBool::new(false);
+
+fn interrupt_now() -> Result<(), ()> {
+    // ORDERING: Relaxed; as in `stop_waiting`.
+    if INTERRUPT_NOW.load(Ordering::Relaxed) {
+        Err(())
+    } else {
+        Ok(())
+    }
+}
+
+#[test]
+fn test_interrupt_grant_race_leaves_the_lock_consistent() {
+    let _watchdog = watchdog("test_interrupt_grant_race_leaves_the_lock_consistent");
+    // An interrupt observed at the moment of a grant passes the lock on (the caller gets
+    // `Interrupted` and does not hold it).
+    for lock in both() {
+        let holders = Holders::default();
+        for i in 0..300 {
+            // ORDERING: Relaxed; see `stop_waiting`.
+            INTERRUPT_NOW.store(false, Ordering::Relaxed);
+            assert!(lock.try_lock());
+            holders.enter();
+            thread::scope(|s| {
+                let waiter = s.spawn(|| {
+                    let r = lock.lock(Wait {
+                        deadline: None,
+                        cancel: None,
+                        interrupt: Some(Interrupt {
+                            every: Duration::from_micros(20),
+                            check: interrupt_now,
+                        }),
+                    });
+                    if r.is_ok() {
+                        holders.enter();
+                        holders.leave();
+                        assert!(lock.unlock());
+                    }
+                });
+                wait_until("the waiter queued", || lock.queued() == 1);
+                // ORDERING: Relaxed; see `stop_waiting`.
+                INTERRUPT_NOW.store(true, Ordering::Relaxed);
+                holders.leave();
+                assert!(lock.unlock());
+                waiter.join().unwrap();
+            });
+            assert!(!lock.is_locked(), "the slot leaked (round {i})");
+            assert_eq!(lock.queued(), 0, "a waiter leaked (round {i})");
+        }
+        assert_free(&lock);
+    }
+}
+
+#[test]
+fn test_unlock_is_once_only() {
+    let _watchdog = watchdog("test_unlock_is_once_only");
+    let lock = Lock::new();
+    let unlock = lock.acquire(forever()).unwrap();
+    assert!(!unlock.released());
+    assert!(unlock.unlock());
+    assert!(unlock.released());
+    // Someone else takes the lock; the spent handle must not release their hold.
+    assert!(lock.try_lock());
+    assert!(!unlock.unlock());
+    assert!(
+        lock.is_locked(),
+        "a spent Unlock released another holder's lock"
+    );
+    assert!(lock.unlock());
+
+    // Many threads race to release one hold: exactly one does.
+    let unlock = lock.acquire(forever()).unwrap();
+    let released = AtomicUsize::new(0);
+    thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                if unlock.unlock() {
+                    // ORDERING: SeqCst; a test counter.
+                    released.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+    });
+    // ORDERING: the scope joined every thread.
+    assert_eq!(released.load(Ordering::SeqCst), 1);
+    assert_free(&lock);
+}
+
+#[test]
+fn test_unlock_on_cancel_releases_when_the_token_is_cancelled() {
+    let _watchdog = watchdog("test_unlock_on_cancel_releases_when_the_token_is_cancelled");
+    let lock = Lock::new();
+    let token = CancelToken::default();
+    let unlock = Arc::new(lock.acquire(forever()).unwrap());
+    let registration = unlock.unlock_on_cancel(&token);
+    assert!(registration.is_some());
+    assert!(lock.is_locked());
+    // A waiter blocked on the lock gets it when the token releases the holder's hold.
+    thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            lock.lock(forever()).unwrap();
+            assert!(lock.unlock());
+        });
+        wait_until("the waiter queued", || lock.queued() == 1);
+        token.cancel(reason("done"));
+        assert!(unlock.released());
+        waiter.join().unwrap();
+    });
+    assert_free(&lock);
+
+    // Already cancelled: released at once, nothing registered.
+    let unlock = Arc::new(lock.acquire(forever()).unwrap());
+    assert!(unlock.unlock_on_cancel(&token).is_none());
+    assert!(unlock.released() && !lock.is_locked());
+
+    // Unregistered: the cancel no longer releases.
+    let token = CancelToken::default();
+    let unlock = Arc::new(lock.acquire(forever()).unwrap());
+    assert!(unlock
+        .unlock_on_cancel(&token)
+        .expect("not cancelled")
+        .unregister());
+    token.cancel(reason("ignored"));
+    assert!(!unlock.released() && lock.is_locked());
+    assert!(unlock.unlock());
+
+    // Released by hand first: the later cancel must not release the next holder's hold.
+    let token = CancelToken::default();
+    let unlock = Arc::new(lock.acquire(forever()).unwrap());
+    let _registration = unlock.unlock_on_cancel(&token);
+    assert!(unlock.unlock());
+    let next: Unlock = lock.acquire(forever()).unwrap();
+    token.cancel(reason("late"));
+    assert!(
+        lock.is_locked(),
+        "a spent Unlock released the next holder's lock"
+    );
+    assert!(next.unlock());
+    assert_free(&lock);
+}
+
+#[test]
+fn test_lock_task_on_a_free_lock_acquires_at_once() {
+    for lock in both() {
+        let (woken, waker) = CountingWaker::new();
+        assert!(
+            lock.lock_task(waker).is_none(),
+            "a free lock made a task queue"
+        );
+        assert!(lock.is_locked());
+        assert_eq!(woken.wakes(), 0);
+        assert!(lock.unlock());
+        assert_free(&lock);
+    }
+}
+
+#[test]
+fn test_queued_task_is_granted_on_unlock_and_woken() {
+    // Both policies hand the lock to a task directly (a task cannot re-compete).
+    for lock in both() {
+        assert!(lock.try_lock());
+        let (woken, waker) = CountingWaker::new();
+        let task = lock.lock_task(waker).expect("held, so it queues");
+        assert_eq!(lock.queued(), 1);
+        assert!(!task.granted());
+        assert!(task.view().same_slot(&lock));
+        assert_eq!(woken.wakes(), 0, "woken before anything happened");
+        assert!(lock.unlock());
+        assert!(task.granted());
+        assert_eq!(woken.wakes(), 1);
+        assert_eq!(lock.queued(), 0);
+        assert!(lock.is_locked(), "the lock was not handed to the task");
+        assert!(!lock.try_lock(), "the lock was taken from under the task");
+        // Granted: abandon cannot give it back; the caller owns it and unlocks it.
+        assert!(!task.abandon());
+        assert!(lock.is_locked());
+        assert!(task.view().unlock());
+        assert_free(&lock);
+    }
+}
+
+#[test]
+fn test_abandoned_task_leaves_without_the_lock() {
+    for lock in both() {
+        assert!(lock.try_lock());
+        let (first_woken, waker) = CountingWaker::new();
+        let first = lock.lock_task(waker).expect("held, so it queues");
+        let (second_woken, waker) = CountingWaker::new();
+        let second = lock.lock_task(waker).expect("held, so it queues");
+        assert!(
+            first.abandon(),
+            "a waiting task must leave without the lock"
+        );
+        assert!(first.abandon(), "abandoning twice must stay a no-op");
+        assert_eq!(lock.queued(), 1);
+        assert!(lock.is_locked(), "abandon released the holder's lock");
+        // The next unlock skips the task that left.
+        assert!(lock.unlock());
+        assert!(!first.granted() && second.granted());
+        assert_eq!((first_woken.wakes(), second_woken.wakes()), (0, 1));
+        assert!(lock.unlock());
+        assert_free(&lock);
+    }
+}
+
+#[test]
+fn test_task_abandon_unlock_race_decides_exactly_once() {
+    let _watchdog = watchdog("test_task_abandon_unlock_race_decides_exactly_once");
+    // The task gives up on one thread while the holder unlocks on another: either it
+    // left (and the lock is free) or it was granted (and owns the lock), never neither.
+    for lock in both() {
+        let (mut left, mut granted) = (0, 0);
+        for i in 0..2_000 {
+            assert!(lock.try_lock());
+            let (_, waker) = CountingWaker::new();
+            let task = lock.lock_task(waker).expect("held, so it queues");
+            let go = Barrier::new(2);
+            let abandoned = thread::scope(|s| {
+                let (task, go) = (&task, &go);
+                let abandoning = s.spawn(move || {
+                    go.wait();
+                    task.abandon()
+                });
+                go.wait();
+                assert!(lock.unlock());
+                abandoning.join().unwrap()
+            });
+            if abandoned {
+                left += 1;
+                assert!(!task.granted());
+            } else {
+                granted += 1;
+                assert!(task.granted() && lock.is_locked(), "round {i}");
+                assert!(lock.unlock());
+            }
+            assert!(!lock.is_locked(), "the slot leaked (round {i})");
+            assert_eq!(lock.queued(), 0, "a waiter leaked (round {i})");
+        }
+        eprintln!("fair={}: {left} left, {granted} granted", lock.is_fair());
+    }
+}
+
+#[test]
+fn test_dropping_a_queued_task_leaves_the_queue() {
+    for lock in both() {
+        assert!(lock.try_lock());
+        let task = lock.lock_task(noop_waker()).expect("held, so it queues");
+        assert_eq!(lock.queued(), 1);
+        drop(task);
+        assert_eq!(lock.queued(), 0, "a dropped task stayed queued");
+        assert!(lock.unlock());
+        assert_free(&lock);
+    }
+}
