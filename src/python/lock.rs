@@ -56,6 +56,10 @@ pub(crate) fn lock(
     deadline: Option<&Bound<'_, PyAny>>,
     blocking: bool,
 ) -> PyResult<()> {
+    if cancel.is_none() && deadline.is_none() && blocking && view.try_lock() {
+        // The plain `acquire()`: nothing to parse or check.
+        return Ok(());
+    }
     let timeout = args::timeout(deadline, "deadline")?;
     let token = args::token(cancel)?.map(|t| &t.get().token);
     if !blocking && deadline.is_some_and(|d| !d.is_none()) {
