@@ -6,7 +6,8 @@ PY     := $(VENV)/bin/python
 # Where the loom model tests live; each is a `tests/loom_*.rs` integration test.
 LOOM_TESTS := $(patsubst tests/%.rs,%,$(wildcard tests/loom_*.rs))
 
-.PHONY: bench test develop test-rust test-loom test-python lint stress clean
+.PHONY: bench test develop test-rust test-loom test-python lint stress clean \
+	sanitize sanitize-miri sanitize-tsan
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +20,7 @@ develop: $(PY)
 bench: develop
 	$(PY) -m ctxlock bench
 
-test: develop lint test-rust test-loom test-python
+test: develop lint test-rust test-loom test-python sanitize
 
 lint:
 	cargo fmt --check
@@ -49,3 +50,56 @@ stress: develop
 
 clean:
 	rm -rf $(VENV) target
+
+# Sanitizers: the core's unit and integration tests under Miri and ThreadSanitizer.
+# Both need a nightly toolchain with rust-src; a missing piece skips its step with a
+# message and never fails. RUSTUP_AUTO_INSTALL=0: probing must not download a toolchain.
+NIGHTLY_TOOLCHAIN ?= nightly
+NIGHTLY   = RUSTUP_AUTO_INSTALL=0 cargo +$(NIGHTLY_TOOLCHAIN)
+RUST_SRC  = $$(RUSTUP_AUTO_INSTALL=0 rustc +$(NIGHTLY_TOOLCHAIN) --print sysroot 2>/dev/null)/lib/rustlib/src/rust/library
+HOST      = $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
+# Miri's schedule (and proptest case) seeds: each seed is one more run of each test.
+MIRI_SEEDS ?= 0..4
+# Never under Miri. Thousands of contended rounds: minutes each, and past the tests' 60 s
+# watchdog, which counts Miri's virtual clock. go_port's test_lock cancels a token with a
+# 100 µs deadline after creating it; Miri's clock lets the deadline win first.
+MIRI_SKIP := test_mutual_exclusion_under_threads test_grant_cancel_race_never_double_holds \
+	test_task_abandon_unlock_race_decides_exactly_once \
+	test_interrupt_grant_race_leaves_the_lock_consistent \
+	test_exclusive_excludes_readers_and_writers test_grant_abandon_race_with_readers_behind
+# Run with seed 0 only: 300 grant/timeout races take about 30 s under Miri.
+MIRI_ONE_SEED := test_timeout_grant_race_never_leaks_the_slot
+# Tests that start the timer thread (a token with a deadline; go_port's all do): it lives
+# as long as the process, so Miri runs them without its leak check. Add new ones here.
+MIRI_TIMER := core::cancel::tests::deadlines_cancel_through_the_timer \
+	core::cancel::tests::expire_if_due_walks_up test_token_deadline_cancels_with_its_reason \
+	test_lock test_sharable_lock test_unlock
+MIRI_ENV := -Zmiri-env-set=PROPTEST_CASES=1 -Zmiri-env-set=PROPTEST_DISABLE_FAILURE_PERSISTENCE=1
+
+# Both sanitizers; see the two targets below.
+sanitize: sanitize-miri sanitize-tsan
+
+# Miri (UB, data races, leaks) on every test but the lists above, over MIRI_SEEDS.
+sanitize-miri:
+	@if ! $(NIGHTLY) miri --version >/dev/null 2>&1; then \
+		echo "skipping Miri: no nightly toolchain with miri"; \
+	elif [ ! -d "$(RUST_SRC)" ]; then \
+		echo "skipping Miri: $(NIGHTLY_TOOLCHAIN) has no rust-src (rustup +$(NIGHTLY_TOOLCHAIN) component add rust-src)"; \
+	else set -ex; \
+		MIRIFLAGS="-Zmiri-many-seeds=$(MIRI_SEEDS) $(MIRI_ENV)" $(NIGHTLY) miri test --tests -- \
+			--exact $(foreach t,$(MIRI_SKIP) $(MIRI_ONE_SEED) $(MIRI_TIMER),--skip $(t)); \
+		MIRIFLAGS="-Zmiri-many-seeds=$(MIRI_SEEDS) -Zmiri-ignore-leaks" \
+			$(NIGHTLY) miri test --lib --test lock --test go_port -- --exact $(MIRI_TIMER); \
+		MIRIFLAGS="$(MIRI_ENV)" $(NIGHTLY) miri test --test lock -- --exact $(MIRI_ONE_SEED); \
+	fi
+
+# ThreadSanitizer on every unit and integration test, std rebuilt instrumented (build-std).
+sanitize-tsan:
+	@if ! $(NIGHTLY) --version >/dev/null 2>&1; then \
+		echo "skipping ThreadSanitizer: no nightly toolchain"; \
+	elif [ ! -d "$(RUST_SRC)" ]; then \
+		echo "skipping ThreadSanitizer: $(NIGHTLY_TOOLCHAIN) has no rust-src (rustup +$(NIGHTLY_TOOLCHAIN) component add rust-src)"; \
+	else set -ex; \
+		RUSTFLAGS="-Zsanitizer=thread" $(NIGHTLY) test -Zbuild-std --target $(HOST) \
+			--target-dir target/tsan --lib --tests; \
+	fi
