@@ -818,3 +818,34 @@ async def test_anyio_tasks_exclude_each_other(exclusive_target: Target) -> None:
             tg.start_soon(worker, i)
     assert sorted(out) == list(range(8))
     assert_free(exclusive_target)
+
+
+@pytest.mark.asyncio
+async def test_blocking_acquire_behind_a_task_shared_hold_raises_instead_of_hanging() -> None:
+    # A task of this loop holds the shared side; an exclusive acquire on the loop's thread
+    # would wait for that task forever, and so would a shared one queued behind a writer.
+    rw = SharableLock()
+    unlock = await rw.shared.acquire_async()
+    rescue = threading.Timer(PATIENCE, unlock)
+    rescue.start()
+    writer_unlocks: list[Unlock] = []
+    try:
+        with pytest.raises(RuntimeError, match=r"(?i)deadlock"):
+            rw.exclusive.acquire()
+        writer = threading.Thread(
+            target=lambda: writer_unlocks.append(rw.exclusive.acquire(deadline=PATIENCE))
+        )
+        writer.start()
+        while "waiting=1" not in repr(rw):
+            await asyncio.sleep(0.01)
+        with pytest.raises(RuntimeError, match=r"(?i)deadlock"):
+            rw.shared.acquire()
+        # A non-blocking try is no deadlock: it just fails, as the writer waits.
+        assert rw.shared.try_acquire() is None
+    finally:
+        rescue.cancel()
+        unlock()
+    writer.join(PATIENCE)
+    assert len(writer_unlocks) == 1
+    writer_unlocks[0]()
+    assert not rw.exclusive.locked() and not rw.shared.locked()

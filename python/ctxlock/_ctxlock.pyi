@@ -130,8 +130,7 @@ class Lock:
             ValueError: ``deadline`` is negative or NaN, or given with ``blocking=False``.
             TypeError: ``deadline`` is not a number or ``cancel`` is not a ``CancelToken``.
             RuntimeError: called on an event loop's thread while a task of that loop holds
-                the lock exclusively (this acquire could never succeed). A task's shared
-                hold is not tracked: a blocking exclusive acquire behind it would hang.
+                the lock, when the acquire would have to wait (it could never succeed).
         """
     def try_acquire(self) -> Unlock | None:
         """Acquire without waiting; ``None`` if the lock is taken."""
@@ -195,8 +194,7 @@ class LockView:
             ValueError: ``deadline`` is negative or NaN, or given with ``blocking=False``.
             TypeError: ``deadline`` is not a number or ``cancel`` is not a ``CancelToken``.
             RuntimeError: called on an event loop's thread while a task of that loop holds
-                the lock exclusively (this acquire could never succeed). A task's shared
-                hold is not tracked: a blocking exclusive acquire behind it would hang.
+                the lock, when the acquire would have to wait (it could never succeed).
         """
     def try_acquire(self) -> Unlock | None:
         """Acquire without waiting; ``None`` if the lock is taken."""

@@ -14,7 +14,7 @@ use super::cancel::CancelToken;
 use super::error::AcquireError;
 use super::slot::{Policy, Slot};
 use super::state::{readers, WRITER};
-use super::sync::{Arc, Ordering};
+use super::sync::{lock, Arc};
 use super::task::TaskWait;
 use super::unlock::Unlock;
 use super::wait::Wait;
@@ -126,16 +126,29 @@ impl LockView {
         self.slot.queued()
     }
 
-    /// Record an opaque word about the holder (0: none). Only the embedding layer reads it.
-    pub fn set_owner_tag(&self, tag: u64) {
-        // ORDERING: advisory; read only to produce a better error, never for exclusion.
-        self.slot.owner_tag().store(tag, Ordering::Relaxed);
+    /// Attach an opaque tag to one hold (the embedding layer's bookkeeping; see `untag_hold`).
+    pub fn tag_hold(&self, tag: u64) {
+        let mut tags = lock(self.slot.holder_tags());
+        match tags.iter_mut().find(|(t, _)| *t == tag) {
+            Some((_, n)) => *n += 1,
+            None => tags.push((tag, 1)),
+        }
     }
 
-    /// The word recorded by `set_owner_tag`.
-    pub fn owner_tag(&self) -> u64 {
-        // ORDERING: as in `set_owner_tag`.
-        self.slot.owner_tag().load(Ordering::Relaxed)
+    /// Take a tag attached by `tag_hold` off one hold.
+    pub fn untag_hold(&self, tag: u64) {
+        let mut tags = lock(self.slot.holder_tags());
+        if let Some(i) = tags.iter().position(|(t, _)| *t == tag) {
+            tags[i].1 -= 1;
+            if tags[i].1 == 0 {
+                tags.swap_remove(i);
+            }
+        }
+    }
+
+    /// Whether some hold carries `tag`.
+    pub fn has_tagged_hold(&self, tag: u64) -> bool {
+        lock(self.slot.holder_tags()).iter().any(|(t, _)| *t == tag)
     }
 
     pub(crate) fn slot(&self) -> &Slot {

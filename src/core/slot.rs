@@ -29,7 +29,7 @@ use std::time::Duration;
 use super::queue::{WaitQueue, WakeList};
 use super::state::{readers, slot_held, ONE_READER, QUEUED, READERS_MASK, WRITER, WRITER_QUEUED};
 use super::sync::Arc;
-use super::sync::{lock, AtomicU64, AtomicUsize, Mutex, Ordering};
+use super::sync::{lock, AtomicUsize, Mutex, Ordering};
 use super::waiter::{Mode, Waiter, ABANDONED, GRANTED, RETRY, WAITING};
 
 /// How long a queued thread may be overtaken by barging before the next release hands
@@ -60,10 +60,11 @@ pub(crate) struct Slot {
     state: AtomicUsize,
     queue: Mutex<WaitQueue>,
     policy: Policy,
-    /// A word the embedding layer may use to remember who holds the slot (the Python
-    /// layer stores the thread of an event loop whose task holds it, to detect a
-    /// blocking acquire that could never succeed). The core never reads it.
-    owner_tag: AtomicU64,
+    /// Tags the embedding layer attaches to holds, with a count each (the Python layer
+    /// tags a task's hold with its event loop's thread, to detect a blocking acquire
+    /// that could never succeed). The core never reads them; touched only off the
+    /// uncontended thread paths.
+    holder_tags: Mutex<Vec<(u64, usize)>>,
 }
 
 impl Slot {
@@ -72,7 +73,7 @@ impl Slot {
             state: AtomicUsize::new(0),
             queue: Mutex::new(WaitQueue::default()),
             policy,
-            owner_tag: AtomicU64::new(0),
+            holder_tags: Mutex::new(Vec::new()),
         }
     }
 
@@ -369,8 +370,8 @@ impl Slot {
         lock(&self.queue).len()
     }
 
-    pub(crate) fn owner_tag(&self) -> &AtomicU64 {
-        &self.owner_tag
+    pub(crate) fn holder_tags(&self) -> &Mutex<Vec<(u64, usize)>> {
+        &self.holder_tags
     }
 
     pub(crate) fn queue(&self) -> &Mutex<WaitQueue> {

@@ -26,6 +26,7 @@ use crate::core::lock::LockView;
 use crate::core::task::TaskWait;
 
 use super::args;
+use super::blocking::thread_ident;
 use super::cancel::PyCancelToken;
 use super::errors::LockTimeout;
 use super::lock::{token_error, TaskOwner};
@@ -78,7 +79,8 @@ pub(crate) fn enter<'py>(lock: &Bound<'py, PyAny>, view: &LockView) -> PyResult<
 
 /// `__aexit__`.
 pub(crate) fn exit<'py>(py: Python<'py>, view: &LockView) -> PyResult<Bound<'py, PyAny>> {
-    TaskOwner::clear(view);
+    // `async with` runs on the task's loop thread, the thread its hold was tagged with.
+    TaskOwner::clear(view, thread_ident());
     super::lock::exit(view)?;
     Ready::done(py)
 }

@@ -11,33 +11,31 @@ use pyo3::prelude::*;
 use crate::core::cancel::CancelToken;
 use crate::core::deadline::Timeout;
 use crate::core::lock::{Lock, LockView};
-use crate::core::waiter::Mode;
 
 use super::args;
 use super::blocking::{self, thread_ident};
 use super::errors::{cancelled, to_pyerr, LockTimeout, WouldBlock};
 use super::unlock::PyUnlock;
 
-/// Self-deadlock detection: while an asyncio task holds a lock exclusively, the slot's
-/// owner tag is the thread of that task's event loop. A blocking acquire on that thread
-/// would block the loop, so the task could never release: it raises instead.
+/// Self-deadlock detection: a hold taken by an asyncio task is tagged with the thread of
+/// its event loop. A blocking acquire on that thread that has to wait would block the
+/// loop, so the task could never release: it raises instead.
 pub(crate) struct TaskOwner;
 
 impl TaskOwner {
-    pub(crate) fn set(view: &LockView) {
-        if view.mode() == Mode::Exclusive {
-            view.set_owner_tag(thread_ident());
-        }
+    /// Tag a task's new hold; returns the tag to clear it with.
+    pub(crate) fn set(view: &LockView) -> u64 {
+        let tag = thread_ident();
+        view.tag_hold(tag);
+        tag
     }
 
-    pub(crate) fn clear(view: &LockView) {
-        if view.mode() == Mode::Exclusive {
-            view.set_owner_tag(0);
-        }
+    pub(crate) fn clear(view: &LockView, tag: u64) {
+        view.untag_hold(tag);
     }
 
     fn check(view: &LockView) -> PyResult<()> {
-        if view.owner_tag() == thread_ident() {
+        if view.has_tagged_hold(thread_ident()) {
             return Err(PyRuntimeError::new_err(
                 "deadlock: a blocking acquire on an event loop's thread while a task of that loop \
                  holds the lock; use `await lock.acquire_async()` in the event loop",

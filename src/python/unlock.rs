@@ -60,9 +60,9 @@ pub(crate) struct PyUnlock {
     owner: Owner,
     /// Set by the one call that releases.
     released: AtomicBool,
-    /// Set when an asyncio task holds the lock exclusively through this Unlock
-    /// (self-deadlock detection, see `lock.rs`).
-    task_owner: bool,
+    /// The tag of a hold taken by an asyncio task, 0 for a thread's (self-deadlock
+    /// detection, see `lock.rs`).
+    task_tag: u64,
     /// Whether `on_cancel` holds registrations (checked before taking its mutex).
     has_registration: AtomicBool,
     /// One registration per `unlock_on_cancel` token; dropped on release.
@@ -70,14 +70,17 @@ pub(crate) struct PyUnlock {
 }
 
 impl PyUnlock {
-    pub(crate) fn new(owner: Owner, task_owner: bool) -> PyUnlock {
-        if task_owner {
-            TaskOwner::set(owner.view());
-        }
+    /// `task`: the hold was taken by an asyncio task (on this thread, its loop's).
+    pub(crate) fn new(owner: Owner, task: bool) -> PyUnlock {
+        let task_tag = if task {
+            TaskOwner::set(owner.view())
+        } else {
+            0
+        };
         PyUnlock {
             owner,
             released: AtomicBool::new(false),
-            task_owner,
+            task_tag,
             has_registration: AtomicBool::new(false),
             on_cancel: Mutex::new(Vec::new()),
         }
@@ -129,8 +132,8 @@ impl PyUnlock {
             return false;
         }
         let view = self.owner.view();
-        if self.task_owner {
-            TaskOwner::clear(view);
+        if self.task_tag != 0 {
+            TaskOwner::clear(view, self.task_tag);
         }
         let released = view.unlock();
         debug_assert!(released, "BUG: an Unlock did not hold its lock");
