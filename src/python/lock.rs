@@ -54,9 +54,9 @@ pub(crate) fn lock(
     deadline: Option<&Bound<'_, PyAny>>,
     blocking: bool,
 ) -> PyResult<()> {
-    if cancel.is_none() && deadline.is_none() && blocking && view.try_lock() {
-        // The plain `acquire()`: nothing to parse or check.
-        return Ok(());
+    if cancel.is_none() && deadline.is_none() && blocking {
+        // The plain `acquire()` is `with lock:`'s acquire: nothing to parse or check.
+        return enter(py, view);
     }
     let timeout = args::timeout(deadline, "deadline")?;
     let token = args::token(cancel)?.map(|t| &t.get().token);
