@@ -57,6 +57,10 @@ impl Owner {
 /// later acquire silently), and the warning points at the bug, like an unclosed file's.
 #[pyclass(name = "Unlock", module = "ctxlock", frozen, freelist = 64)]
 pub(crate) struct PyUnlock {
+    /// `unlock()`'s entry point, read by CPython through the type's
+    /// `tp_vectorcall_offset` (see `vectorcall.rs`); never read from Rust.
+    #[allow(dead_code)]
+    vectorcall: pyo3::ffi::vectorcallfunc,
     owner: Owner,
     /// Set by the one call that releases.
     released: AtomicBool,
@@ -78,12 +82,18 @@ impl PyUnlock {
             0
         };
         PyUnlock {
+            vectorcall: super::vectorcall::call_unlock,
             owner,
             released: AtomicBool::new(false),
             task_tag,
             has_registration: AtomicBool::new(false),
             on_cancel: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Where this object's vectorcall entry point is stored.
+    pub(crate) fn vectorcall_field(&self) -> *const pyo3::ffi::vectorcallfunc {
+        &self.vectorcall
     }
 
     fn is_released(&self) -> bool {
@@ -122,9 +132,14 @@ impl PyUnlock {
 
     fn unregister_all(&self) {
         let taken = std::mem::take(&mut *self.registrations());
-        for r in taken {
-            r.unregister();
-        }
+        // The callbacks hold `Py` references: drop them attached, so that their counts
+        // fall now even when the release came through an entry point without PyO3's
+        // attach count (`vectorcall.rs`).
+        Python::attach(|_| {
+            for r in taken {
+                r.unregister();
+            }
+        });
     }
 
     pub(crate) fn release(&self) -> bool {

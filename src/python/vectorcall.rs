@@ -1,0 +1,299 @@
+//! Hand-written CPython entry points for the two calls of `unlock = lock.acquire(); unlock()`.
+//!
+//! PyO3 wraps every call in a trampoline (attach count, panic guard), parses arguments
+//! through a generic description, and wires `__call__` to `tp_call`, so `unlock()` builds
+//! an argument tuple and parses it (PyO3 issue #4252). On this pair those costs were most
+//! of the time spent, and the pair missed its target against `threading.Lock`
+//! (BENCHMARKS.md, "Where the cost goes"). So, installed once when the module is created:
+//!
+//! - `acquire` (on `Lock` and on both `SharableLock` views) becomes a
+//!   `METH_FASTCALL | METH_KEYWORDS` function that does the common calls itself
+//!   (`acquire()` and `acquire(deadline=<number>)` when the lock is free) and hands every
+//!   other call, unchanged, to the function PyO3 generated. That one stays the only
+//!   parser of the full signature and owns every error and every wait; its name, docs and
+//!   text signature are reused, so `help()` and `inspect` see no difference.
+//! - `Unlock` gets a vectorcall slot: each object carries the function pointer, and the
+//!   type's `tp_vectorcall_offset` points at it. `tp_call` stays PyO3's, for callers that
+//!   use `PyObject_Call`.
+//!
+//! Without PyO3's attach count these functions must not drop a `Py<T>` (it would be
+//! deferred to PyO3's pool, still correct but late): they only compare-and-swap, create
+//! an object and release. The release attaches itself where it drops Python references
+//! (`PyUnlock::release`'s registrations; the asyncio doorbell).
+//!
+//! CPython only: the entry points need the non-limited API (the method descriptor's
+//! layout, `tp_vectorcall_offset`). Elsewhere `install` leaves PyO3's entry points alone.
+
+use std::sync::OnceLock;
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::pyclass::boolean_struct::True;
+use pyo3::PyClass;
+
+use crate::core::lock::LockView;
+
+use super::args;
+use super::lock::PyLock;
+use super::sharable::PyLockView;
+use super::unlock::{Owner, PyUnlock};
+
+/// The classes whose `acquire` gets the hand-written entry point.
+pub(crate) trait FastAcquire: PyClass<Frozen = True> + Sync
+where
+    Py<Self>: Into<Owner>,
+{
+    fn view(&self) -> &LockView;
+
+    /// The `acquire` PyO3 generated, which takes every call the fast path does not.
+    fn generated() -> &'static OnceLock<ffi::PyCFunctionFastWithKeywords>;
+}
+
+impl FastAcquire for PyLock {
+    fn view(&self) -> &LockView {
+        PyLock::view(self)
+    }
+
+    fn generated() -> &'static OnceLock<ffi::PyCFunctionFastWithKeywords> {
+        static GENERATED: OnceLock<ffi::PyCFunctionFastWithKeywords> = OnceLock::new();
+        &GENERATED
+    }
+}
+
+impl FastAcquire for PyLockView {
+    fn view(&self) -> &LockView {
+        PyLockView::view(self)
+    }
+
+    fn generated() -> &'static OnceLock<ffi::PyCFunctionFastWithKeywords> {
+        static GENERATED: OnceLock<ffi::PyCFunctionFastWithKeywords> = OnceLock::new();
+        &GENERATED
+    }
+}
+
+/// Install the entry points; called once from the module's initialisation.
+pub(crate) fn install(py: Python<'_>) -> PyResult<()> {
+    #[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
+    {
+        install_acquire::<PyLock>(py)?;
+        install_acquire::<PyLockView>(py)?;
+        install_unlock_call(py)?;
+    }
+    let _ = py;
+    Ok(())
+}
+
+/// `lock.acquire(...)`: the plain call and a numeric `deadline=` on a free lock here,
+/// everything else in the generated function.
+///
+/// # Safety
+/// Called by CPython through a method descriptor of `T`'s type, with the thread attached.
+unsafe extern "C" fn acquire<T: FastAcquire>(
+    slf: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject
+where
+    Py<T>: Into<Owner>,
+{
+    // SAFETY: CPython calls methods with the thread attached.
+    let py = unsafe { Python::assume_attached() };
+    // SAFETY: `slf` is a valid borrowed reference for the call, and the method descriptor
+    // checked that it is an instance of `T`'s type (which cannot be subclassed).
+    let lock = unsafe { Bound::ref_from_ptr(py, &slf).cast_unchecked::<T>() };
+    // SAFETY: `args` holds `nargs` positional arguments and then one value per keyword
+    // name, all borrowed for the call; `kwnames` is NULL or a tuple of str.
+    if nargs == 0 && unsafe { plain_or_deadline(py, args, kwnames) } && lock.get().view().try_lock()
+    {
+        return new_unlock(lock);
+    }
+    let generated = T::generated()
+        .get()
+        .copied()
+        // `install` sets this before it installs the function that reads it.
+        .unwrap_or_else(|| std::process::abort());
+    // SAFETY: the generated function has this very signature and contract.
+    unsafe { generated(slf, args, nargs, kwnames) }
+}
+
+/// Whether the keyword arguments are none, or only `deadline=` with an `int` or
+/// `float` that is a valid deadline (`args::timeout` decides, as for every acquire).
+/// Anything else (tokens, `blocking=`, bad values and their errors) goes to the
+/// generated function.
+///
+/// # Safety
+/// `args`/`kwnames` as CPython passes them to a `METH_FASTCALL | METH_KEYWORDS` method
+/// with no positional arguments.
+#[inline]
+unsafe fn plain_or_deadline(
+    py: Python<'_>,
+    args: *const *mut ffi::PyObject,
+    kwnames: *mut ffi::PyObject,
+) -> bool {
+    if kwnames.is_null() {
+        return true;
+    }
+    // SAFETY: a non-NULL `kwnames` is a tuple (the fastcall protocol).
+    let names =
+        unsafe { Bound::ref_from_ptr(py, &kwnames).cast_unchecked::<pyo3::types::PyTuple>() };
+    match names.len() {
+        0 => true,
+        1 => {
+            // SAFETY: one keyword name, so one value at `args[0]` (no positionals).
+            let value = unsafe { Bound::ref_from_ptr(py, &*args) };
+            let is_number = value.is_exact_instance_of::<pyo3::types::PyFloat>()
+                || value.is_exact_instance_of::<pyo3::types::PyInt>();
+            is_number
+                && names.get_item(0).is_ok_and(|n| {
+                    // Keyword names from code objects are interned: usually an identity test.
+                    n.is(pyo3::intern!(py, "deadline")) || n.eq("deadline").unwrap_or(false)
+                })
+                && args::timeout(Some(value), "deadline").is_ok()
+        }
+        _ => false,
+    }
+}
+
+/// The `Unlock` of a hold just taken through `lock`; on failure (out of memory) the
+/// value is dropped, which releases the hold, and the error is raised.
+fn new_unlock<T: FastAcquire>(lock: &Bound<'_, T>) -> *mut ffi::PyObject
+where
+    Py<T>: Into<Owner>,
+{
+    match Bound::new(
+        lock.py(),
+        PyUnlock::new(lock.clone().unbind().into(), false),
+    ) {
+        Ok(unlock) => unlock.into_ptr(),
+        Err(e) => {
+            e.restore(lock.py());
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// Replace `T.acquire` with a descriptor of `acquire::<T>`, keeping the generated function
+/// for the calls it passes on. Leaves the class alone if `acquire` is not the expected
+/// `METH_FASTCALL | METH_KEYWORDS` method descriptor.
+#[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
+fn install_acquire<T: FastAcquire>(py: Python<'_>) -> PyResult<()>
+where
+    Py<T>: Into<Owner>,
+{
+    const FLAGS: std::ffi::c_int = ffi::METH_FASTCALL | ffi::METH_KEYWORDS;
+    let ty = py.get_type::<T>();
+    let descr = ty.getattr("acquire")?;
+    let method_descr_type = std::ptr::addr_of_mut!(ffi::PyMethodDescr_Type);
+    // SAFETY: `descr` is a live object; reading its type pointer.
+    if unsafe { ffi::Py_TYPE(descr.as_ptr()) } != method_descr_type {
+        return Ok(());
+    }
+    // SAFETY: a `method_descriptor` has this layout; its `d_method` points at the
+    // generated method's static `PyMethodDef`.
+    let generated_def = unsafe { &*(*descr.as_ptr().cast::<ffi::PyMethodDescrObject>()).d_method };
+    if generated_def.ml_flags != FLAGS {
+        return Ok(());
+    }
+    // SAFETY: the flags say this union member is the one in use.
+    let generated = unsafe { generated_def.ml_meth.PyCFunctionFastWithKeywords };
+    if T::generated().set(generated).is_err() {
+        // Installed already (the module was initialised twice): nothing to do.
+        return Ok(());
+    }
+    // The descriptor keeps a pointer to its `PyMethodDef` for the life of the class, so
+    // the definition is leaked, once per class. Name and docs (with the text signature)
+    // are the generated ones, which are static.
+    let def = Box::leak(Box::new(ffi::PyMethodDef {
+        ml_name: generated_def.ml_name,
+        ml_meth: ffi::PyMethodDefPointer {
+            PyCFunctionFastWithKeywords: acquire::<T>,
+        },
+        ml_flags: FLAGS,
+        ml_doc: generated_def.ml_doc,
+    }));
+    // SAFETY: a live type object and a `PyMethodDef` that outlives it; the result is a
+    // new reference or NULL with an exception set.
+    let fast =
+        unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyDescr_NewMethod(ty.as_type_ptr(), def))? };
+    // PyO3 classes are mutable types: `type.__setattr__` stores it and invalidates
+    // CPython's method caches.
+    ty.setattr("acquire", fast)
+}
+
+/// `unlock()`: the vectorcall slot of every `Unlock`.
+///
+/// # Safety
+/// Called by CPython for an `Unlock` object (the only type whose `tp_vectorcall_offset`
+/// points at this function), with the thread attached.
+pub(crate) unsafe extern "C" fn call_unlock(
+    callable: *mut ffi::PyObject,
+    _args: *const *mut ffi::PyObject,
+    nargsf: usize,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: plain arithmetic on the argument count.
+    let nargs = unsafe { ffi::PyVectorcall_NARGS(nargsf) };
+    let nkw = if kwnames.is_null() {
+        0
+    } else {
+        // SAFETY: a non-NULL `kwnames` is a tuple (the vectorcall protocol).
+        unsafe { ffi::PyTuple_GET_SIZE(kwnames) }
+    };
+    if nargs != 0 || nkw != 0 {
+        // SAFETY: attached; both arguments are valid C strings / a live exception type.
+        unsafe {
+            ffi::PyErr_SetString(
+                ffi::PyExc_TypeError,
+                c"Unlock.__call__() takes no arguments".as_ptr(),
+            );
+        }
+        return std::ptr::null_mut();
+    }
+    // SAFETY: CPython calls with the thread attached.
+    let py = unsafe { Python::assume_attached() };
+    // SAFETY: `callable` is a live `Unlock` (see the function's contract).
+    let unlock = unsafe { Bound::ref_from_ptr(py, &callable).cast_unchecked::<PyUnlock>() };
+    unlock.get().release();
+    py.None().into_ptr()
+}
+
+/// Point `Unlock`'s `tp_vectorcall_offset` at the `vectorcall` field of its objects.
+///
+/// The offset of a Rust field inside a PyO3 object is not a public constant, so it is
+/// measured on a live `Unlock`; then that object is released through the new slot, which
+/// checks the slot end to end before any user code runs.
+#[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
+fn install_unlock_call(py: Python<'_>) -> PyResult<()> {
+    use pyo3::exceptions::PyRuntimeError;
+
+    let lock = py.get_type::<PyLock>().call0()?;
+    let unlock = lock.call_method0("acquire")?.cast_into::<PyUnlock>()?;
+    let field = unlock.get().vectorcall_field() as usize;
+    let offset = field.wrapping_sub(unlock.as_ptr() as usize);
+    let ty = unlock.get_type();
+    let tp = ty.as_type_ptr();
+    // SAFETY: reading a field of a live type object.
+    let basicsize = unsafe { (*tp).tp_basicsize } as usize;
+    if offset + std::mem::size_of::<ffi::vectorcallfunc>() > basicsize {
+        return Err(PyRuntimeError::new_err(
+            "BUG: Unlock's vectorcall field is outside the object",
+        ));
+    }
+    // SAFETY: the module is being initialised, attached, before any `Unlock` but this
+    // one can be called; the offset points at a `vectorcallfunc` inside every `Unlock`
+    // object (the same field of the same layout), and `PyType_Modified` drops cached
+    // lookups of the type.
+    unsafe {
+        (*tp).tp_vectorcall_offset = offset as ffi::Py_ssize_t;
+        (*tp).tp_flags |= ffi::Py_TPFLAGS_HAVE_VECTORCALL;
+        ffi::PyType_Modified(tp);
+    }
+    unlock.call0()?;
+    if lock.call_method0("locked")?.is_truthy()? {
+        return Err(PyRuntimeError::new_err(
+            "BUG: Unlock's vectorcall slot did not release",
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,219 @@
+"""The hand-written entry points of ``acquire`` and ``Unlock.__call__`` agree with the full ones.
+
+``acquire()`` and ``acquire(deadline=<number>)`` on a free lock, and every ``unlock()``, take a
+shorter path than PyO3's generated functions (see ``src/python/vectorcall.rs``); every other call
+is handed to the generated function. These tests pin the seam: each kind of call either side of
+it, on each class that has the shortcut.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from ctxlock import CancelToken, Lock, LockTimeout, SharableLock, Unlock
+
+SIGNATURE = "(cancel=None, *, deadline=None, blocking=True)"
+
+
+def exclusive_lock() -> Lock:
+    return Lock()
+
+
+def exclusive_view() -> object:
+    return SharableLock().exclusive
+
+
+def shared_view() -> object:
+    return SharableLock().shared
+
+
+MAKERS = [exclusive_lock, exclusive_view, shared_view]
+
+
+@pytest.mark.parametrize("make", MAKERS)
+def test_signature_and_name_are_the_generated_ones(make: Callable[[], Lock]) -> None:
+    lock = make()
+    assert str(inspect.signature(lock.acquire)) == SIGNATURE
+    assert lock.acquire.__name__ == "acquire"
+    assert type(lock).acquire.__qualname__ == f"{type(lock).__name__}.acquire"
+
+
+@pytest.mark.parametrize("make", MAKERS)
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"deadline": 30},
+        {"deadline": 30.0},
+        {"deadline": 0},
+        {"deadline": 0.0},
+        {"deadline": math.inf},
+        {"deadline": 10**30},
+        {"deadline": True},  # an int subclass: the generated path, same answer
+        {"deadline": None},
+        {"".join(["dead", "line"]): 5.0},  # a keyword name that is not interned
+    ],
+    ids=repr,
+)
+def test_acquire_on_a_free_lock_holds_and_unlock_releases(
+    make: Callable[[], Lock], kwargs: dict[str, object]
+) -> None:
+    lock = make()
+    u = lock.acquire(**kwargs)  # type: ignore[arg-type]
+    assert isinstance(u, Unlock)
+    assert lock.locked()
+    assert u.released is False
+    assert u() is None
+    assert u.released is True
+    assert not lock.locked()
+
+
+@pytest.mark.parametrize("make", [exclusive_lock, exclusive_view])
+@pytest.mark.parametrize("deadline", [0, 0.0, 0.01])
+def test_acquire_with_deadline_on_a_held_lock_times_out(
+    make: Callable[[], Lock], deadline: float
+) -> None:
+    lock = make()
+    u = lock.acquire()
+    with pytest.raises(LockTimeout):
+        lock.acquire(deadline=deadline)
+    assert lock.locked()
+    u()
+    assert not lock.locked()
+
+
+def test_plain_acquire_on_a_held_lock_waits_for_the_release(spawn: Callable[..., Any]) -> None:
+    # The shortcut only takes a free lock; on a taken one the call goes to the full acquire,
+    # which waits.
+    lock = Lock()
+    u = lock.acquire()
+    worker = spawn(lock.acquire)
+    time.sleep(0.05)
+    assert not worker.done
+    u()
+    got = worker.result()
+    assert isinstance(got, Unlock)
+    assert lock.locked()
+    got()
+    assert not lock.locked()
+
+
+def test_shared_holds_stack_through_the_shortcut() -> None:
+    rw = SharableLock()
+    a = rw.shared.acquire()
+    b = rw.shared.acquire(deadline=1)
+    assert "shared by 2" in repr(rw)
+    with pytest.raises(LockTimeout):
+        rw.exclusive.acquire(deadline=0)
+    a()
+    b()
+    assert not rw.exclusive.locked()
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        ((None,), {}),
+        ((), {"cancel": None}),
+        ((), {"blocking": True}),
+        ((), {"deadline": 1, "blocking": True}),
+        ((CancelToken(),), {"deadline": 1.5}),
+    ],
+)
+def test_other_calls_go_to_the_full_acquire(
+    args: tuple[object, ...], kwargs: dict[str, object]
+) -> None:
+    lock = Lock()
+    u = lock.acquire(*args, **kwargs)  # type: ignore[arg-type]
+    assert lock.locked()
+    u()
+    assert not lock.locked()
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "match"),
+    [
+        ((), {"deadlin": 1}, "deadlin"),
+        ((None, None), {}, "positional"),
+        ((), {"deadline": "1"}, "deadline"),
+        ((), {"deadline": -1}, "deadline"),
+        ((), {"deadline": math.nan}, "deadline"),
+    ],
+)
+def test_bad_calls_raise_the_full_acquires_errors(
+    args: tuple[object, ...], kwargs: dict[str, object], match: str
+) -> None:
+    lock = Lock()
+    with pytest.raises((TypeError, ValueError), match=match):
+        lock.acquire(*args, **kwargs)  # type: ignore[arg-type]
+    assert not lock.locked()
+
+
+def test_descriptor_checks_the_instance_type() -> None:
+    lock = Lock()
+    u = Lock.acquire(lock)
+    assert lock.locked()
+    u()
+    with pytest.raises(TypeError):
+        Lock.acquire(object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        Lock.acquire(SharableLock().shared)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("args", "kwargs"), [((1,), {}), ((), {"x": 1}), ((None,), {})])
+def test_unlock_with_arguments_raises_and_keeps_the_hold(
+    args: tuple[object, ...], kwargs: dict[str, object]
+) -> None:
+    lock = Lock()
+    u = lock.acquire()
+    with pytest.raises(TypeError, match="no arguments"):
+        u(*args, **kwargs)  # type: ignore[call-arg]
+    assert lock.locked()
+    assert not u.released
+    u()
+    assert not lock.locked()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda u: u.__call__(),  # the tp_call slot, through a method-wrapper
+        lambda u: type(u).__call__(u),
+        lambda u: Unlock.__call__(u),
+    ],
+)
+def test_unlock_through_tp_call_releases_once(call: Callable[[Unlock], object]) -> None:
+    lock = Lock()
+    u = lock.acquire()
+    assert call(u) is None
+    assert u.released
+    assert not lock.locked()
+    u2 = lock.acquire()
+    assert call(u) is None  # stale: does not release the later hold
+    assert lock.locked()
+    u2()
+
+
+def test_unlock_drops_its_cancel_registrations_at_once() -> None:
+    # A registration holds a reference to its Unlock; the release through the vectorcall slot
+    # must drop it there and then, not leave it for later.
+    lock = Lock()
+    token = CancelToken()
+    u = lock.acquire()
+    before = sys.getrefcount(u)
+    u.unlock_on_cancel(token)
+    assert sys.getrefcount(u) == before + 1
+    u()
+    assert sys.getrefcount(u) == before
+    token.cancel()
+    assert not lock.locked()
+    u2 = lock.acquire()
+    token.cancel()
+    assert lock.locked()
+    u2()
