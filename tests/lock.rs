@@ -14,7 +14,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ctxlock::{forever, AcquireError, CancelToken, Interrupt, Lock, Timeout, Unlock, Wait};
+use ctxlock::{forever, AcquireError, CancelToken, Interrupt, Lock, Timeout, Unlock, Wait, Woken};
 use support::{
     for_at_most, label, noop_waker, reason, until_cancelled, wait_until, watchdog, CountingWaker,
     PATIENCE,
@@ -266,6 +266,55 @@ fn test_barging_lock_hands_over_to_a_thread_that_waited_long_enough() {
         waiter.join().unwrap();
     });
     assert_free(&lock);
+}
+
+#[test]
+fn test_a_waiter_woken_to_retry_keeps_its_age_across_steps() {
+    let _watchdog = watchdog("test_a_waiter_woken_to_retry_keeps_its_age_across_steps");
+    // `ThreadWait::step` returns `Retry` to a young waiter that an unlock woke to compete,
+    // leaving the slot free (here the unlocker takes it back). The next step queues the
+    // same waiter with the age it had from its first step, so once that age passes
+    // FAIR_AFTER the next unlock hands it the slot even though it re-queued just now.
+    let lock = Lock::new();
+    let mut saw_retry = false;
+    // The first unlock must come within FAIR_AFTER of the waiter queueing; a slow
+    // machine may miss that, so the scenario runs until it happens (a few times at most).
+    for _ in 0..20 {
+        assert!(lock.try_lock());
+        let (stepped, first) = mpsc::channel::<Woken>();
+        let (let_go, go) = mpsc::channel::<()>();
+        thread::scope(|s| {
+            let lock = &lock;
+            let waiter = s.spawn(move || {
+                let mut waiting = lock.wait_steps(for_at_most(PATIENCE));
+                let woken = waiting.step().expect("first step failed");
+                stepped.send(woken).unwrap();
+                if woken == Woken::Retry {
+                    go.recv_timeout(PATIENCE).expect("never let go");
+                    assert_eq!(waiting.step().expect("second step failed"), Woken::Acquired);
+                }
+                assert!(lock.unlock());
+            });
+            wait_until("the waiter queued", || lock.queued() == 1);
+            assert!(lock.unlock());
+            let woken = first.recv_timeout(PATIENCE).unwrap();
+            if woken == Woken::Retry {
+                saw_retry = true;
+                assert!(lock.try_lock(), "a Retry left the slot taken");
+                thread::sleep(Duration::from_millis(5));
+                let_go.send(()).unwrap();
+                wait_until("the waiter queued again", || lock.queued() == 1);
+                assert!(lock.unlock());
+                assert!(!lock.try_lock(), "the re-queued waiter lost its age");
+            }
+            waiter.join().unwrap();
+        });
+        assert_free(&lock);
+        if saw_retry {
+            return;
+        }
+    }
+    panic!("the first unlock never came within FAIR_AFTER of the waiter queueing");
 }
 
 #[test]

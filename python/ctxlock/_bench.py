@@ -335,6 +335,9 @@ class Sample:
     elapsed_ns: int
     #: Longest single acquire, for the workloads that time each one (else 0).
     max_wait_ns: int = 0
+    #: Thread switches (voluntary and forced) in the process during the run, for the
+    #: workloads that count them (else 0; 0 also where ``resource`` is missing).
+    switches: int = 0
 
     @property
     def per_op_ns(self) -> float:
@@ -455,6 +458,16 @@ class WithLoop(Workload):
         return Sample(n, perf_counter_ns() - start)
 
 
+def _switches() -> int:
+    """Context switches of this process so far (0 where the platform does not say)."""
+    try:
+        import resource
+    except ImportError:
+        return 0
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw + usage.ru_nivcsw
+
+
 class _Workers:
     """Daemon threads running one function; ``join`` re-raises the first exception."""
 
@@ -520,12 +533,14 @@ class Contended(Workload):
             ends.append(clock())
 
         workers = _Workers(worker, self._threads)
+        switches = _switches()
         start = perf_counter_ns()
         gate.set()
         workers.join()
+        switches = _switches() - switches
         total = n * self._threads
         _expect(counter[0] == total, f"counted {counter[0]} increments, expected {total}")
-        return Sample(total, max(ends) - start, max(worst))
+        return Sample(total, max(ends) - start, max(worst), switches)
 
 
 class Drain(Workload):
@@ -891,11 +906,21 @@ def _pair(
             return row.result(ours_ns, their_ns, ours_ns / their_ns)
         our_wait = _median([s.max_wait_ns for s in ours_samples])
         their_wait = _median([s.max_wait_ns for s in their_samples])
+        # Thread switches per 1,000 operations: what a convoy costs (see BENCHMARKS.md).
+        our_switches = _median([1000 * s.switches / s.ops for s in ours_samples])
+        their_switches = _median([1000 * s.switches / s.ops for s in their_samples])
         note = (
             f"longest single wait: ctxlock {format_value(our_wait, 'ns')}, "
-            f"{PEER_LABELS[anchor]} {format_value(their_wait, 'ns')} (must not be longer)"
+            f"{PEER_LABELS[anchor]} {format_value(their_wait, 'ns')} (must not be longer); "
+            f"thread switches per 1,000 ops: ctxlock {our_switches:.3g}, "
+            f"{PEER_LABELS[anchor]} {their_switches:.3g}"
         )
-        extra = {"ours_longest_wait_ns": our_wait, "anchor_longest_wait_ns": their_wait}
+        extra = {
+            "ours_longest_wait_ns": our_wait,
+            "anchor_longest_wait_ns": their_wait,
+            "ours_switches_per_1000_ops": our_switches,
+            "anchor_switches_per_1000_ops": their_switches,
+        }
         ratio = ours_ns / their_ns
         return row.result(
             ours_ns, their_ns, ratio, note=note, extra=extra, also_ok=our_wait <= their_wait

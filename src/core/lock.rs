@@ -17,7 +17,7 @@ use super::state::{readers, WRITER};
 use super::sync::{lock, Arc};
 use super::task::TaskWait;
 use super::unlock::Unlock;
-use super::wait::Wait;
+use super::wait::{ThreadWait, Wait};
 use super::waiter::Mode;
 
 /// A slot and the mode in which it is acquired. Cloning shares the slot.
@@ -83,6 +83,15 @@ impl LockView {
             };
         }
         self.slot.acquire_slow(self.mode, wait)
+    }
+
+    /// The waiting part of [`LockView::lock`] as steps, for a caller that must do
+    /// something between being woken to compete and competing (the binding takes the
+    /// GIL back first, see `ThreadWait`). The caller ran the fast path and the token
+    /// check, and handles a deadline that has already passed.
+    #[cold]
+    pub fn wait_steps<'a, E>(&'a self, wait: Wait<'a, E>) -> ThreadWait<'a, E> {
+        ThreadWait::new(&self.slot, self.mode, wait)
     }
 
     /// Give back a hold taken with `try_lock`/`lock`. False if there was none in this

@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::cancel::CancelToken;
+use super::cancel::{CancelToken, Registration};
 use super::deadline::earliest;
 use super::error::AcquireError;
 use super::slot::Slot;
@@ -67,61 +67,100 @@ pub(crate) fn park_step<E>(
     }
 }
 
+/// How one step of a [`ThreadWait`] ended, short of a failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Woken {
+    /// The caller holds the lock.
+    Acquired,
+    /// A release chose this waiter to compete for the free slot (barging policy) and
+    /// took it out of the queue. The caller may try the fast path itself (the binding
+    /// does, after it has the GIL back) and otherwise takes another step, which queues
+    /// it again with its age.
+    Retry,
+}
+
+/// A thread's wait for one lock, kept across steps so that a waiter that leaves the
+/// queue to compete keeps its age (for the hand-off rule) and its token registration.
+pub struct ThreadWait<'a, E> {
+    slot: &'a Slot,
+    waiter: Arc<Waiter>,
+    wait: Wait<'a, E>,
+    deadline: Option<Instant>,
+    registration: Option<Registration>,
+}
+
+impl<'a, E> ThreadWait<'a, E> {
+    pub(crate) fn new(slot: &'a Slot, mode: Mode, wait: Wait<'a, E>) -> Self {
+        let registration = wait.cancel.and_then(|t| {
+            let me = current();
+            t.on_cancel(move |_| me.unpark())
+        });
+        ThreadWait {
+            slot,
+            waiter: Arc::new(Waiter::new(mode, Notify::Thread(current()))),
+            deadline: earliest(wait.deadline, wait.cancel.and_then(CancelToken::deadline)),
+            wait,
+            registration,
+        }
+    }
+
+    /// Take the slot or queue, then park until granted, told to retry, or failed. A
+    /// step that fails has left the queue (and passed on any grant it raced with).
+    pub fn step(&mut self) -> Result<Woken, AcquireError<E>> {
+        let (slot, w) = (self.slot, &self.waiter);
+        if slot.acquire_or_queue(&mut lock(slot.queue()), w) {
+            return Ok(Woken::Acquired);
+        }
+        loop {
+            match w.status() {
+                GRANTED => return Ok(Woken::Acquired),
+                RETRY => return Ok(Woken::Retry),
+                _ => {}
+            }
+            if let Some(t) = self.wait.cancel {
+                if t.is_cancelled() {
+                    return slot.give_up(w, cancelled(t)).map(|()| Woken::Acquired);
+                }
+            }
+            if let Some(d) = self.deadline {
+                let now = Instant::now();
+                if now >= d {
+                    // The token's deadline may be the one that passed before its timer ran.
+                    let why = match self.wait.cancel {
+                        Some(t) if t.expire_if_due(now) => cancelled(t),
+                        _ => AcquireError::Timeout,
+                    };
+                    return slot.give_up(w, why).map(|()| Woken::Acquired);
+                }
+            }
+            if let Err(e) = park_step(&self.wait.interrupt, self.deadline) {
+                return slot
+                    .give_up(w, AcquireError::Interrupted(e))
+                    .map(|()| Woken::Acquired);
+            }
+        }
+    }
+}
+
+impl<E> Drop for ThreadWait<'_, E> {
+    fn drop(&mut self) {
+        if let Some(r) = self.registration.take() {
+            r.unregister();
+        }
+    }
+}
+
 impl Slot {
     /// Queue and wait. The caller has tried the fast path and checked the token.
     pub(crate) fn acquire_slow<E>(
         &self,
         mode: Mode,
-        mut wait: Wait<'_, E>,
+        wait: Wait<'_, E>,
     ) -> Result<(), AcquireError<E>> {
-        let waiter = Arc::new(Waiter::new(mode, Notify::Thread(current())));
-        let registration = wait.cancel.and_then(|t| {
-            let me = current();
-            t.on_cancel(move |_| me.unpark())
-        });
-        let result = self.wait_for_grant(&waiter, &mut wait);
-        if let Some(r) = registration {
-            r.unregister();
-        }
-        result
-    }
-
-    fn wait_for_grant<E>(
-        &self,
-        w: &Arc<Waiter>,
-        wait: &mut Wait<'_, E>,
-    ) -> Result<(), AcquireError<E>> {
-        let deadline = earliest(wait.deadline, wait.cancel.and_then(CancelToken::deadline));
-        loop {
-            if self.acquire_or_queue(&mut lock(self.queue()), w) {
-                return Ok(());
-            }
-            loop {
-                match w.status() {
-                    GRANTED => return Ok(()),
-                    RETRY => break,
-                    _ => {}
-                }
-                if let Some(t) = wait.cancel {
-                    if t.is_cancelled() {
-                        return self.give_up(w, cancelled(t));
-                    }
-                }
-                if let Some(d) = deadline {
-                    let now = Instant::now();
-                    if now >= d {
-                        // The token's deadline may be the one that passed before its timer ran.
-                        return match wait.cancel {
-                            Some(t) if t.expire_if_due(now) => self.give_up(w, cancelled(t)),
-                            _ => self.give_up(w, AcquireError::Timeout),
-                        };
-                    }
-                }
-                if let Err(e) = park_step(&wait.interrupt, deadline) {
-                    return self.give_up(w, AcquireError::Interrupted(e));
-                }
-            }
-        }
+        let mut waiting = ThreadWait::new(self, mode, wait);
+        // A retry competes again at once: the next step starts with the compare-and-swap.
+        while waiting.step()? == Woken::Retry {}
+        Ok(())
     }
 
     /// Leave the queue because of `why`; settle the race with a grant.

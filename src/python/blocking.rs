@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use crate::core::cancel::CancelToken;
 use crate::core::error::AcquireError;
 use crate::core::lock::LockView;
-use crate::core::wait::{Interrupt, Wait};
+use crate::core::wait::{Interrupt, Wait, Woken};
 
 /// How often a blocked main thread runs signal handlers.
 pub(crate) const SIGNAL_SLICE: Duration = Duration::from_millis(20);
@@ -71,17 +71,43 @@ pub(crate) fn detached<T: Send>(
 }
 
 /// The slow path of a blocking acquire.
+///
+/// A waiter that a release wakes to compete for the free slot (the barging policy)
+/// competes only once it has the GIL back. Were it to take the slot while detached, it
+/// could not use it before the GIL's holder let go of the interpreter, and that holder,
+/// running the same loop, would block on the very next acquire: every such steal costs
+/// two thread switches, and under contention they chain into a convoy of switches
+/// (`threading.Lock` behaves so). Competing with the GIL held, a waiter gets the slot
+/// when the holder is between holds at an interpreter switch, as plain Python code does;
+/// a waiter passed over for `FAIR_AFTER` is handed the slot directly by the next release
+/// (the holder's next acquire then blocks and lets it run), which bounds the wait.
 pub(crate) fn lock(
     py: Python<'_>,
     view: &LockView,
     cancel: Option<&CancelToken>,
     deadline: Option<Instant>,
 ) -> Result<(), AcquireError<PyErr>> {
-    detached(py, |interrupt| {
-        view.lock_slow(Wait {
-            deadline,
-            cancel,
-            interrupt,
-        })
-    })
+    if deadline.is_some_and(|d| d <= Instant::now()) {
+        return if view.try_lock() {
+            Ok(())
+        } else {
+            Err(AcquireError::Timeout)
+        };
+    }
+    let interrupt = in_main_thread(py).then_some(Interrupt {
+        every: SIGNAL_SLICE,
+        check: check_signals,
+    });
+    let mut waiting = view.wait_steps(Wait {
+        deadline,
+        cancel,
+        interrupt,
+    });
+    loop {
+        match py.detach(|| waiting.step())? {
+            Woken::Acquired => return Ok(()),
+            Woken::Retry if view.try_lock() => return Ok(()),
+            Woken::Retry => {}
+        }
+    }
 }
