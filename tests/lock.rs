@@ -269,12 +269,12 @@ fn test_barging_lock_hands_over_to_a_thread_that_waited_long_enough() {
 }
 
 #[test]
-fn test_a_waiter_woken_to_retry_keeps_its_age_across_steps() {
-    let _watchdog = watchdog("test_a_waiter_woken_to_retry_keeps_its_age_across_steps");
+fn test_a_waiter_woken_to_compete_keeps_its_place_and_age() {
+    let _watchdog = watchdog("test_a_waiter_woken_to_compete_keeps_its_place_and_age");
     // `ThreadWait::step` returns `Retry` to a young waiter that an unlock woke to compete,
-    // leaving the slot free (here the unlocker takes it back). The next step queues the
-    // same waiter with the age it had from its first step, so once that age passes
-    // FAIR_AFTER the next unlock hands it the slot even though it re-queued just now.
+    // leaving the slot free and the waiter in the queue. Here the unlocker takes the slot
+    // back first, so `compete` fails and the waiter parks again, still with the age it had
+    // from its first step: once that passes FAIR_AFTER the next unlock hands it the slot.
     let lock = Lock::new();
     let mut saw_retry = false;
     // The first unlock must come within FAIR_AFTER of the waiter queueing; a slow
@@ -283,6 +283,7 @@ fn test_a_waiter_woken_to_retry_keeps_its_age_across_steps() {
         assert!(lock.try_lock());
         let (stepped, first) = mpsc::channel::<Woken>();
         let (let_go, go) = mpsc::channel::<()>();
+        let (lost, competed) = mpsc::channel::<()>();
         thread::scope(|s| {
             let lock = &lock;
             let waiter = s.spawn(move || {
@@ -291,7 +292,11 @@ fn test_a_waiter_woken_to_retry_keeps_its_age_across_steps() {
                 stepped.send(woken).unwrap();
                 if woken == Woken::Retry {
                     go.recv_timeout(PATIENCE).expect("never let go");
+                    assert!(!waiting.compete(), "competed for a taken slot and won");
+                    lost.send(()).unwrap();
                     assert_eq!(waiting.step().expect("second step failed"), Woken::Acquired);
+                    // Hold until the unlocker has tried to take the lock back.
+                    go.recv_timeout(PATIENCE).expect("never let go");
                 }
                 assert!(lock.unlock());
             });
@@ -300,17 +305,70 @@ fn test_a_waiter_woken_to_retry_keeps_its_age_across_steps() {
             let woken = first.recv_timeout(PATIENCE).unwrap();
             if woken == Woken::Retry {
                 saw_retry = true;
+                assert_eq!(lock.queued(), 1, "a waiter woken to compete left the queue");
                 assert!(lock.try_lock(), "a Retry left the slot taken");
                 thread::sleep(Duration::from_millis(5));
                 let_go.send(()).unwrap();
-                wait_until("the waiter queued again", || lock.queued() == 1);
+                competed.recv_timeout(PATIENCE).unwrap();
                 assert!(lock.unlock());
-                assert!(!lock.try_lock(), "the re-queued waiter lost its age");
+                assert!(!lock.try_lock(), "the waiter lost its age");
+                let_go.send(()).unwrap();
             }
             waiter.join().unwrap();
         });
         assert_free(&lock);
         if saw_retry {
+            return;
+        }
+    }
+    panic!("the first unlock never came within FAIR_AFTER of the waiter queueing");
+}
+
+#[test]
+fn test_a_competing_waiter_is_handed_the_slot_once_it_waited_long_enough() {
+    let _watchdog =
+        watchdog("test_a_competing_waiter_is_handed_the_slot_once_it_waited_long_enough");
+    // A waiter woken to compete that has not come back to compete yet (in the binding:
+    // it waits for the GIL) is not woken again by later unlocks, and the first unlock
+    // after it has waited FAIR_AFTER hands it the slot: its `compete` then finds it held.
+    let lock = Lock::new();
+    for _ in 0..20 {
+        assert!(lock.try_lock());
+        let (stepped, first) = mpsc::channel::<Woken>();
+        let (let_go, go) = mpsc::channel::<()>();
+        let retried = thread::scope(|s| {
+            let lock = &lock;
+            let waiter = s.spawn(move || {
+                let mut waiting = lock.wait_steps(for_at_most(PATIENCE));
+                let woken = waiting.step().expect("first step failed");
+                stepped.send(woken).unwrap();
+                if woken == Woken::Retry {
+                    go.recv_timeout(PATIENCE).expect("never let go");
+                    assert!(waiting.compete(), "the hand-off was lost");
+                }
+                assert!(lock.unlock());
+            });
+            wait_until("the waiter queued", || lock.queued() == 1);
+            assert!(lock.unlock());
+            let retried = first.recv_timeout(PATIENCE).unwrap() == Woken::Retry;
+            if retried {
+                // Barging while the competitor is away: the lock is free to take back.
+                for _ in 0..100 {
+                    assert!(lock.try_lock());
+                    assert!(lock.unlock());
+                }
+                assert!(lock.try_lock());
+                thread::sleep(Duration::from_millis(5));
+                assert!(lock.unlock());
+                assert!(!lock.try_lock(), "a competitor past FAIR_AFTER was barged");
+                assert_eq!(lock.queued(), 0);
+                let_go.send(()).unwrap();
+            }
+            waiter.join().unwrap();
+            retried
+        });
+        assert_free(&lock);
+        if retried {
             return;
         }
     }

@@ -170,7 +170,9 @@ impl LockView {
 /// # Fairness
 /// `Lock::new()` lets a running thread re-take a just-released lock (barging), but hands
 /// the lock directly to a thread that has waited about 1 ms, and always to an
-/// asynchronous waiter. `Lock::fair()` always hands over in FIFO order.
+/// asynchronous waiter. `Lock::fair()` always hands over in FIFO order. A caller that
+/// must do something before a woken waiter competes (Python's GIL) waits through
+/// [`LockView::wait_steps`].
 #[derive(Clone)]
 pub struct Lock(LockView);
 

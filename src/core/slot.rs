@@ -23,6 +23,10 @@
 //!   (a running thread may take the slot first, which keeps throughput under the GIL),
 //!   unless it has waited `FAIR_AFTER` since it first queued, or it is an asyncio task:
 //!   then it is handed the slot (CPython 3.13's and parking_lot's eventual fairness).
+//!   The woken waiter (`RETRY`) stays in the queue while it competes: one competitor at
+//!   a time (later releases wake nobody else), and the first release after it has waited
+//!   `FAIR_AFTER` hands it the slot even if it has not come back to compete yet (the
+//!   binding lets it compete only once it holds the GIL again; see `python/blocking.rs`).
 
 use std::time::Duration;
 
@@ -251,14 +255,12 @@ impl Slot {
             match w.status.load(Ordering::Relaxed) {
                 GRANTED => false,
                 ABANDONED => true,
-                status => {
-                    if status == WAITING {
-                        let removed = q.remove(w);
-                        debug_assert!(removed, "BUG: a WAITING waiter was not queued");
-                    }
+                _ => {
+                    let removed = q.remove(w);
+                    debug_assert!(removed, "BUG: a WAITING or RETRY waiter was not queued");
                     w.set_status(ABANDONED);
-                    // A RETRY waiter was the one chosen to take a free slot: passing on
-                    // the baton is settle's job, as is clearing the QUEUED bits.
+                    // A RETRY waiter was the one chosen to compete for a free slot: passing
+                    // on the baton is settle's job, as is clearing the QUEUED bits.
                     self.settle(&mut q, None, &mut wake);
                     true
                 }
@@ -266,6 +268,33 @@ impl Slot {
         };
         wake.wake_all();
         left
+    }
+
+    /// For a waiter woken with `RETRY`: take the slot if it is free (leaving the queue),
+    /// else stay queued at the same place and park again (`WAITING`). True if `w` now
+    /// holds the slot, also when a release handed it over meanwhile.
+    pub(crate) fn compete(&self, w: &Arc<Waiter>) -> bool {
+        let mut wake = WakeList::default();
+        let took = {
+            let mut q = lock(&self.queue);
+            // ORDERING: status only changes under the mutex we hold.
+            match w.status.load(Ordering::Relaxed) {
+                GRANTED => true,
+                RETRY | WAITING => {
+                    let removed = q.remove(w);
+                    debug_assert!(removed, "BUG: a competing waiter was not queued");
+                    let took = self.acquire_or_queue(&mut q, w);
+                    if took {
+                        // Out of the queue with the slot: make the QUEUED bits agree.
+                        self.settle(&mut q, None, &mut wake);
+                    }
+                    took
+                }
+                _ => unreachable!("BUG: an abandoned waiter competes"),
+            }
+        };
+        wake.wake_all();
+        took
     }
 
     /// Under the queue mutex: apply `release` (if any), run the grant policy, make the
@@ -289,7 +318,8 @@ impl Slot {
             let (held, exclusive_left, shared_left) = match grant {
                 Grant::Nobody => (freed, q.len() - q.shared_len(), q.shared_len()),
                 Grant::Writer => (freed | WRITER, q.len() - q.shared_len() - 1, q.shared_len()),
-                Grant::Retry => (freed, q.len() - q.shared_len() - 1, q.shared_len()),
+                // The chosen waiter competes from its place in the queue.
+                Grant::Retry => (freed, q.len() - q.shared_len(), q.shared_len()),
                 Grant::Readers => (
                     freed + q.shared_len() * ONE_READER,
                     q.len() - q.shared_len(),
@@ -317,15 +347,19 @@ impl Slot {
         };
         match grant {
             Grant::Nobody => {}
-            Grant::Writer | Grant::Retry => {
+            Grant::Writer => {
                 let w = q
                     .pop_exclusive()
                     .expect("BUG: planned a writer grant on an empty queue");
-                w.set_status(if grant == Grant::Writer {
-                    GRANTED
-                } else {
-                    RETRY
-                });
+                w.set_status(GRANTED);
+                wake.push(w);
+            }
+            Grant::Retry => {
+                let w = q
+                    .head_exclusive()
+                    .expect("BUG: planned a retry on an empty queue")
+                    .clone();
+                w.set_status(RETRY);
                 wake.push(w);
             }
             Grant::Readers => {
@@ -358,10 +392,14 @@ impl Slot {
         let head = q
             .head_exclusive()
             .expect("BUG: a non-empty queue with no waiter");
-        if self.policy == Policy::Barging && !head.is_task() && !waited_long_enough(head) {
-            Grant::Retry
-        } else {
+        if self.policy == Policy::Fair || head.is_task() || waited_long_enough(head) {
             Grant::Writer
+        } else if head.status() == RETRY {
+            // Already woken to compete and not yet back: one competitor at a time; it
+            // is handed the slot by the first release after it has waited FAIR_AFTER.
+            Grant::Nobody
+        } else {
+            Grant::Retry
         }
     }
 

@@ -72,21 +72,22 @@ pub(crate) fn park_step<E>(
 pub enum Woken {
     /// The caller holds the lock.
     Acquired,
-    /// A release chose this waiter to compete for the free slot (barging policy) and
-    /// took it out of the queue. The caller may try the fast path itself (the binding
-    /// does, after it has the GIL back) and otherwise takes another step, which queues
-    /// it again with its age.
+    /// A release chose this waiter to compete for the free slot (barging policy). It
+    /// keeps its place in the queue, so a later release can still hand it the slot;
+    /// the caller must call [`ThreadWait::compete`] (the binding does once it has the
+    /// GIL back) before the next step.
     Retry,
 }
 
-/// A thread's wait for one lock, kept across steps so that a waiter that leaves the
-/// queue to compete keeps its age (for the hand-off rule) and its token registration.
+/// A thread's wait for one lock, kept across steps so that a waiter that is woken to
+/// compete keeps its place, its age (for the hand-off rule) and its token registration.
 pub struct ThreadWait<'a, E> {
     slot: &'a Slot,
     waiter: Arc<Waiter>,
     wait: Wait<'a, E>,
     deadline: Option<Instant>,
     registration: Option<Registration>,
+    queued: bool,
 }
 
 impl<'a, E> ThreadWait<'a, E> {
@@ -101,15 +102,20 @@ impl<'a, E> ThreadWait<'a, E> {
             deadline: earliest(wait.deadline, wait.cancel.and_then(CancelToken::deadline)),
             wait,
             registration,
+            queued: false,
         }
     }
 
-    /// Take the slot or queue, then park until granted, told to retry, or failed. A
-    /// step that fails has left the queue (and passed on any grant it raced with).
+    /// Take the slot or queue (the first step), then park until granted, woken to
+    /// compete, or failed. A step that fails has left the queue (and passed on any
+    /// grant it raced with).
     pub fn step(&mut self) -> Result<Woken, AcquireError<E>> {
         let (slot, w) = (self.slot, &self.waiter);
-        if slot.acquire_or_queue(&mut lock(slot.queue()), w) {
-            return Ok(Woken::Acquired);
+        if !self.queued {
+            self.queued = true;
+            if slot.acquire_or_queue(&mut lock(slot.queue()), w) {
+                return Ok(Woken::Acquired);
+            }
         }
         loop {
             match w.status() {
@@ -140,6 +146,12 @@ impl<'a, E> ThreadWait<'a, E> {
             }
         }
     }
+
+    /// After [`Woken::Retry`]: take the slot if it is free; else stay queued and let the
+    /// next step park. True if the caller now holds the lock.
+    pub fn compete(&mut self) -> bool {
+        self.slot.compete(&self.waiter)
+    }
 }
 
 impl<E> Drop for ThreadWait<'_, E> {
@@ -158,9 +170,11 @@ impl Slot {
         wait: Wait<'_, E>,
     ) -> Result<(), AcquireError<E>> {
         let mut waiting = ThreadWait::new(self, mode, wait);
-        // A retry competes again at once: the next step starts with the compare-and-swap.
-        while waiting.step()? == Woken::Retry {}
-        Ok(())
+        loop {
+            if waiting.step()? == Woken::Acquired || waiting.compete() {
+                return Ok(());
+            }
+        }
     }
 
     /// Leave the queue because of `why`; settle the race with a grant.

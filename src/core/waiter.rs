@@ -29,7 +29,8 @@ pub enum Mode {
 pub(crate) const WAITING: u8 = 0;
 /// The slot (or a place in the reader group) was handed to this waiter.
 pub(crate) const GRANTED: u8 = 1;
-/// Taken out of the queue and woken to compete for a just-freed slot (barging `Lock`).
+/// Woken to compete for a just-freed slot (barging `Lock`); still queued, at its place,
+/// until it takes the slot (`Slot::compete`), is handed it, or gives up.
 pub(crate) const RETRY: u8 = 2;
 /// Left without the lock (deadline, cancellation, signal, dropped task).
 pub(crate) const ABANDONED: u8 = 3;
@@ -46,8 +47,8 @@ pub(crate) enum Notify {
 /// - `status` changes only with the queue mutex held; it is read without the mutex by
 ///   the waiter itself, which is why it is atomic.
 /// - `seq` is written only under the queue mutex; it is the waiter's place in FIFO
-///   order and is kept when a `RETRY` waiter queues again, so re-competing never
-///   moves a waiter back.
+///   order and is kept when a `RETRY` waiter that lost its competition parks again, so
+///   re-competing never moves a waiter back.
 pub(crate) struct Waiter {
     pub(crate) status: AtomicU8,
     pub(crate) seq: AtomicU64,
