@@ -763,6 +763,96 @@ def test_a_waiter_on_a_closed_loop_never_blocks_the_queue(
     assert_free(target)
 
 
+def test_a_waiter_on_a_closed_loop_of_the_releasing_thread_never_blocks_the_queue(
+    target: Target,
+) -> None:
+    # The release runs on the thread of the waiter's loop, so the doorbell completes the
+    # future directly instead of through call_soon_threadsafe; the loop is closed by then.
+    holder = target.blocker.acquire()
+    loop = asyncio.new_event_loop()
+
+    async def waiter() -> None:
+        async with target.view:
+            pytest.fail("a task on a closed loop got the lock")
+
+    task = loop.create_task(waiter())
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert not task.done()
+    loop.close()
+    holder()
+    assert_free(target)
+    del task
+    gc.collect()
+
+
+def test_a_waiter_on_a_stopped_loop_of_the_releasing_thread_gets_the_lock_when_it_runs(
+    target: Target,
+) -> None:
+    # As above with the loop stopped, not closed: the task gets the lock once the loop runs.
+    holder = target.blocker.acquire()
+    loop = asyncio.new_event_loop()
+    got: list[bool] = []
+
+    async def waiter() -> None:
+        async with target.view:
+            got.append(target.blocker.try_acquire() is None)
+
+    try:
+        task = loop.create_task(waiter())
+        loop.run_until_complete(asyncio.sleep(0.05))
+        assert not task.done()
+        holder()
+        assert not got
+        loop.run_until_complete(asyncio.wait_for(task, PATIENCE))
+        assert got == [True]
+    finally:
+        loop.close()
+    assert_free(target)
+
+
+@pytest.mark.asyncio
+async def test_aenter_awaited_through_ensure_future(exclusive_target: Target) -> None:
+    # `ensure_future` drives the awaitable with `yield from`, so it needs `__iter__`.
+    holder = exclusive_target.blocker.acquire()
+    entered = asyncio.ensure_future(exclusive_target.view.__aenter__())
+    await settle()
+    assert not entered.done()
+    holder()
+    assert await asyncio.wait_for(entered, PATIENCE) is None
+    assert exclusive_target.view.locked()
+    await exclusive_target.view.__aexit__(None, None, None)
+    assert_free(exclusive_target)
+
+
+@pytest.mark.parametrize("how", ["close", "throw instance", "throw type and value", "drop"])
+@pytest.mark.asyncio
+async def test_a_contended_aenter_given_up_by_hand_leaves_the_queue(
+    exclusive_target: Target, how: str
+) -> None:
+    # Drive `__aenter__` by hand: one step queues and yields the future; then give up.
+    holder = exclusive_target.blocker.acquire()
+    steps = exclusive_target.view.__aenter__().__await__()
+    yielded = steps.send(None)
+    assert isinstance(yielded, asyncio.Future)
+    if isinstance(exclusive_target.blocker, Lock):  # a view's repr shows no count
+        assert "waiting=1" in repr(exclusive_target.blocker)
+    if how == "close":
+        steps.close()
+    elif how == "throw instance":
+        with pytest.raises(KeyError):
+            steps.throw(KeyError("gone"))
+    elif how == "throw type and value":
+        with pytest.raises(KeyError):
+            steps.throw(KeyError, KeyError("gone"))
+    else:
+        del steps
+        gc.collect()
+    holder()
+    assert_free(exclusive_target)
+    if isinstance(exclusive_target.blocker, Lock):
+        assert "waiting=0" in repr(exclusive_target.blocker)
+
+
 # --- anyio -----------------------------------------------------------------------------------
 
 

@@ -1,10 +1,12 @@
 """The asyncio half of ``acquire_async`` and ``async with``: only what must be Python.
 
-The Rust side has already tried the uncontended path. Here a contended acquire creates
-one future, queues in the lock's wait queue (the same queue blocked threads use), and
-awaits the future. The future is a doorbell, rung when the lock is handed to this task,
-when its token is cancelled, or at its deadline; who owns the lock is decided in Rust,
-once, so a cancellation racing a hand-off can neither leak the lock nor hold it twice.
+The Rust side has already tried the uncontended path, and it waits itself for the
+contended ``async with`` and plain ``acquire_async()`` (no frame of their own). Here a
+contended acquire with a token or a deadline creates one future, queues in the lock's
+wait queue (the same queue blocked threads use), and awaits the future. The future is a
+doorbell, rung when the lock is handed to this task, when its token is cancelled, or at
+its deadline; who owns the lock is decided in Rust, once, so a cancellation racing a
+hand-off can neither leak the lock nor hold it twice.
 """
 
 from __future__ import annotations
@@ -40,10 +42,8 @@ def ring(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]) -> bool:
     return True
 
 
-async def acquire(
-    lock: Any, token: CancelToken | None, timeout: float | None, want_unlock: bool
-) -> Unlock | None:
-    """Wait in the lock's queue; return an ``Unlock`` (or ``None`` for ``async with``)."""
+async def acquire(lock: Any, token: CancelToken | None, timeout: float | None) -> Unlock:
+    """Wait in the lock's queue until granted, the token is cancelled or the deadline."""
     loop = events.get_running_loop()
     fut: asyncio.Future[None] = loop.create_future()
     waiting = lock._queue_task(loop, fut)
@@ -63,7 +63,7 @@ async def acquire(
                 timer.cancel()
             if unregister is not None:
                 unregister()
-    result: Unlock | None = waiting.finish(token, want_unlock)
+    result: Unlock = waiting.finish(token, True)
     return result
 
 

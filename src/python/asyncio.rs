@@ -1,9 +1,11 @@
 //! asyncio: the Rust half of `acquire_async` and `async with`.
 //!
 //! The uncontended path is the same CAS as a thread's and returns an already-finished
-//! awaitable ([`Ready`]): no future, no event-loop call. A contended acquire runs the
-//! Python shim `ctxlock._asyncio.acquire`, which creates one future and queues a
-//! [`Waiting`] in the lock's one wait queue. Its waker, [`Doorbell`], completes that
+//! awaitable ([`Ready`]): no future, no event-loop call. A contended acquire with a
+//! token or a deadline runs the Python shim `ctxlock._asyncio.acquire`, which creates
+//! one future and queues a [`Waiting`] in the lock's one wait queue; one with neither
+//! (`async with`, plain `acquire_async()`) does the same steps in [`Acquiring`], an
+//! awaitable with no Python frame of its own. Its waker, [`Doorbell`], completes that
 //! future on the task's own loop (directly on the loop's thread, else through
 //! `call_soon_threadsafe`). The future is only a doorbell: who owns the lock is the
 //! waiter's status in the core, and the `Waiting` is settled exactly once, by the task
@@ -17,10 +19,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Wake, Waker};
 
-use pyo3::exceptions::{PyRuntimeError, PyStopIteration};
+use pyo3::exceptions::{PyBaseException, PyRuntimeError, PyStopIteration};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyIterator, PyType};
 
 use crate::core::lock::LockView;
 use crate::core::task::TaskWait;
@@ -64,7 +67,10 @@ pub(crate) fn acquire<'py>(
         return Ready::failed(py, LockTimeout::new_err("the lock is taken (deadline=0)"));
     }
     let secs = timeout.duration().map(|d| d.as_secs_f64());
-    shim_fn!(py, "acquire")?.call1((lock, token, secs, true))
+    if token.is_none() && secs.is_none() {
+        return Acquiring::start(lock, true);
+    }
+    shim_fn!(py, "acquire")?.call1((lock, token, secs))
 }
 
 /// `__aenter__`.
@@ -74,7 +80,7 @@ pub(crate) fn enter<'py>(lock: &Bound<'py, PyAny>, view: &LockView) -> PyResult<
         TaskOwner::set(view);
         return Ready::done(py);
     }
-    shim_fn!(py, "acquire")?.call1((lock, py.None(), py.None(), false))
+    Acquiring::start(lock, false)
 }
 
 /// `__aexit__`.
@@ -144,6 +150,128 @@ impl Ready {
     }
 }
 
+/// A contended acquire with no token and no deadline: the shim's `acquire` without
+/// its Python frame. The first step queues and yields the future (as `await fut`
+/// does); the step after the doorbell rang takes the lock; an exception thrown in
+/// while it waits, `close()`, or dropping it gives the wait up, as the shim's `except`
+/// and [`Waiting`]'s `Drop` do.
+#[pyclass(name = "_Acquiring", module = "ctxlock", frozen)]
+pub(crate) struct Acquiring {
+    lock: Py<PyAny>,
+    want_unlock: bool,
+    /// Taken out while a step runs, so no Python code runs under the mutex.
+    state: Mutex<Step>,
+}
+
+enum Step {
+    Start,
+    /// Queued: the wait and the future's own iterator (`await fut`).
+    Queued(Waiting, Py<PyIterator>),
+    Done,
+}
+
+impl Acquiring {
+    fn start<'py>(lock: &Bound<'py, PyAny>, want_unlock: bool) -> PyResult<Bound<'py, PyAny>> {
+        let acquiring = Acquiring {
+            lock: lock.clone().unbind(),
+            want_unlock,
+            state: Mutex::new(Step::Start),
+        };
+        Ok(Bound::new(lock.py(), acquiring)?.into_any())
+    }
+
+    fn take(&self) -> Step {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::replace(&mut *state, Step::Done)
+    }
+
+    /// Step the future's iterator: yield what it yields, else take the lock.
+    fn wait(
+        &self,
+        py: Python<'_>,
+        waiting: Waiting,
+        fut_iter: Bound<'_, PyIterator>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        match fut_iter.clone().next() {
+            Some(Ok(yielded)) => {
+                *self.state.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Step::Queued(waiting, fut_iter.unbind());
+                Ok(Some(yielded.unbind()))
+            }
+            // Dropping `waiting` gives the wait up.
+            Some(Err(e)) => Err(e),
+            None => self.finish(py, &waiting),
+        }
+    }
+
+    fn finish(&self, py: Python<'_>, waiting: &Waiting) -> PyResult<Option<Py<PyAny>>> {
+        match waiting.finish(py, None, self.want_unlock)? {
+            None => Ok(None),
+            Some(unlock) => Err(PyStopIteration::new_err((Py::new(py, unlock)?,))),
+        }
+    }
+}
+
+#[pymethods]
+impl Acquiring {
+    fn __await__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// For `yield from lock.__aenter__().__await__()` (`asyncio.ensure_future`).
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// `send(None)` is a step; the future's iterator ignores a value, and so does this.
+    fn send(&self, py: Python<'_>, _value: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.__next__(py)?
+            .ok_or_else(|| PyStopIteration::new_err((py.None(),)))
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        match self.take() {
+            Step::Start => {
+                let event_loop = GET_RUNNING_LOOP
+                    .import(py, "asyncio.events", "get_running_loop")?
+                    .call0()?;
+                let fut = event_loop.call_method0(intern!(py, "create_future"))?;
+                let fut_iter = fut.try_iter()?;
+                let waiting = Waiting::queue(self.lock.bind(py), event_loop.unbind(), fut.unbind());
+                if waiting.granted() {
+                    return self.finish(py, &waiting);
+                }
+                self.wait(py, waiting, fut_iter)
+            }
+            Step::Queued(waiting, fut_iter) => self.wait(py, waiting, fut_iter.into_bound(py)),
+            Step::Done => Ok(None),
+        }
+    }
+
+    /// An exception at the `await` (task cancelled, `asyncio.timeout`): give up, raise it.
+    #[pyo3(signature = (typ, val = None, _tb = None))]
+    fn throw(
+        &self,
+        typ: Bound<'_, PyAny>,
+        val: Option<Bound<'_, PyAny>>,
+        _tb: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        drop(self.take());
+        let exc = match val {
+            Some(v) if v.is_instance_of::<PyBaseException>() => v,
+            Some(v) if !v.is_none() && typ.is_instance_of::<PyType>() => typ.call1((v,))?,
+            _ => typ,
+        };
+        Err(PyErr::from_value(exc))
+    }
+
+    /// The coroutine awaiting this was closed: give the wait up.
+    fn close(&self) {
+        drop(self.take());
+    }
+}
+
 /// One queued asynchronous acquire, settled exactly once.
 struct Settle {
     /// `None`: the lock was acquired at once.
@@ -180,26 +308,36 @@ impl Settle {
 /// The waker of a queued task: rings the task's future on its own loop.
 struct Doorbell {
     event_loop: Py<PyAny>,
+    /// The thread that runs `event_loop` (the task queued from it, see `Waiting::queue`).
+    loop_thread: u64,
     fut: Py<PyAny>,
     settle: OnceLock<Weak<Settle>>,
 }
 
 impl Doorbell {
-    /// Complete the future on its loop: directly when this thread runs that loop (the
-    /// cheap path, e.g. a task releasing to the next task), else through
+    /// Complete the future on its loop: directly on the loop's own thread (the cheap
+    /// path, e.g. a task releasing to the next task), else through
     /// `call_soon_threadsafe`. False if the loop is closed.
+    ///
+    /// The thread is compared, not the running loop: on 3.11 `_get_running_loop()`
+    /// makes a `getpid` system call (its fork check), a few percent of a hand-off. On
+    /// its own thread a loop's future may be completed directly even when that loop is
+    /// not running at the moment: `set_result` only queues the callbacks with
+    /// `call_soon`, which the loop runs when it runs again, and which raises
+    /// `RuntimeError` if the loop is closed.
     fn ring(&self, py: Python<'_>) -> PyResult<bool> {
-        static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
         static SET_DONE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-        let running = GET_RUNNING_LOOP
-            .import(py, "asyncio.events", "_get_running_loop")?
-            .call0()?;
         let fut = self.fut.bind(py);
-        if running.is(&self.event_loop) {
-            if !fut.call_method0(intern!(py, "done"))?.is_truthy()? {
-                fut.call_method1(intern!(py, "set_result"), (py.None(),))?;
+        if thread_ident() == self.loop_thread {
+            if fut.call_method0(intern!(py, "done"))?.is_truthy()? {
+                return Ok(true);
             }
-            return Ok(true);
+            return match fut.call_method1(intern!(py, "set_result"), (py.None(),)) {
+                Ok(_) => Ok(true),
+                // The loop is closed: the task will never run again.
+                Err(e) if e.is_instance_of::<PyRuntimeError>(py) => Ok(false),
+                Err(e) => Err(e),
+            };
         }
         let set_done = SET_DONE.import(py, "ctxlock._asyncio", "_set_done")?;
         match self
@@ -244,10 +382,13 @@ pub(crate) struct Waiting {
 }
 
 impl Waiting {
+    /// Queue a task of `event_loop`; called from a task, so on the thread running that
+    /// loop (the doorbell relies on it).
     pub(crate) fn queue(lock: &Bound<'_, PyAny>, event_loop: Py<PyAny>, fut: Py<PyAny>) -> Waiting {
         let view = Owner::of(lock).view().clone();
         let bell = Arc::new(Doorbell {
             event_loop,
+            loop_thread: thread_ident(),
             fut,
             settle: OnceLock::new(),
         });
