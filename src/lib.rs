@@ -32,5 +32,5 @@ pub use crate::core::fork::after_fork_in_child;
 pub use crate::core::lock::{forever, Lock, LockView, SharableLock};
 pub use crate::core::task::TaskWait;
 pub use crate::core::unlock::Unlock;
-pub use crate::core::wait::{Interrupt, ThreadWait, Wait, Woken};
+pub use crate::core::wait::{Compete, Interrupt, ThreadWait, Wait, Woken};
 pub use crate::core::waiter::Mode;

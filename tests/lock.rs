@@ -14,7 +14,9 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ctxlock::{forever, AcquireError, CancelToken, Interrupt, Lock, Timeout, Unlock, Wait, Woken};
+use ctxlock::{
+    forever, AcquireError, CancelToken, Compete, Interrupt, Lock, Timeout, Unlock, Wait, Woken,
+};
 use support::{
     for_at_most, label, noop_waker, reason, until_cancelled, wait_until, watchdog, CountingWaker,
     PATIENCE,
@@ -269,12 +271,23 @@ fn test_barging_lock_hands_over_to_a_thread_that_waited_long_enough() {
 }
 
 #[test]
-fn test_a_waiter_woken_to_compete_keeps_its_place_and_age() {
-    let _watchdog = watchdog("test_a_waiter_woken_to_compete_keeps_its_place_and_age");
-    // `ThreadWait::step` returns `Retry` to a young waiter that an unlock woke to compete,
-    // leaving the slot free and the waiter in the queue. Here the unlocker takes the slot
-    // back first, so `compete` fails and the waiter parks again, still with the age it had
-    // from its first step: once that passes FAIR_AFTER the next unlock hands it the slot.
+fn test_a_waiter_woken_to_compete_later_keeps_its_place_and_age() {
+    let _watchdog = watchdog("test_a_waiter_woken_to_compete_later_keeps_its_place_and_age");
+    woken_to_compete_keeps_its_age(Compete::Later);
+}
+
+#[test]
+fn test_a_waiter_woken_to_compete_at_once_keeps_its_age() {
+    let _watchdog = watchdog("test_a_waiter_woken_to_compete_at_once_keeps_its_age");
+    woken_to_compete_keeps_its_age(Compete::AtOnce);
+}
+
+/// `ThreadWait::step` returns `Retry` to a young waiter that an unlock woke to compete,
+/// leaving the slot free; the waiter stays queued if it competes `Later`, else leaves
+/// the queue. Here the unlocker takes the slot back first, so `compete` fails and the
+/// waiter parks again, still with the age it had from its first step: once that passes
+/// FAIR_AFTER the next unlock hands it the slot.
+fn woken_to_compete_keeps_its_age(compete: Compete) {
     let lock = Lock::new();
     let mut saw_retry = false;
     // The first unlock must come within FAIR_AFTER of the waiter queueing; a slow
@@ -287,7 +300,7 @@ fn test_a_waiter_woken_to_compete_keeps_its_place_and_age() {
         thread::scope(|s| {
             let lock = &lock;
             let waiter = s.spawn(move || {
-                let mut waiting = lock.wait_steps(for_at_most(PATIENCE));
+                let mut waiting = lock.wait_steps(for_at_most(PATIENCE), compete);
                 let woken = waiting.step().expect("first step failed");
                 stepped.send(woken).unwrap();
                 if woken == Woken::Retry {
@@ -305,11 +318,17 @@ fn test_a_waiter_woken_to_compete_keeps_its_place_and_age() {
             let woken = first.recv_timeout(PATIENCE).unwrap();
             if woken == Woken::Retry {
                 saw_retry = true;
-                assert_eq!(lock.queued(), 1, "a waiter woken to compete left the queue");
+                let queued = usize::from(compete == Compete::Later);
+                assert_eq!(
+                    lock.queued(),
+                    queued,
+                    "{compete:?}: wrong place after waking"
+                );
                 assert!(lock.try_lock(), "a Retry left the slot taken");
                 thread::sleep(Duration::from_millis(5));
                 let_go.send(()).unwrap();
                 competed.recv_timeout(PATIENCE).unwrap();
+                assert_eq!(lock.queued(), 1, "a waiter that lost did not queue again");
                 assert!(lock.unlock());
                 assert!(!lock.try_lock(), "the waiter lost its age");
                 let_go.send(()).unwrap();
@@ -339,7 +358,7 @@ fn test_a_competing_waiter_is_handed_the_slot_once_it_waited_long_enough() {
         let retried = thread::scope(|s| {
             let lock = &lock;
             let waiter = s.spawn(move || {
-                let mut waiting = lock.wait_steps(for_at_most(PATIENCE));
+                let mut waiting = lock.wait_steps(for_at_most(PATIENCE), Compete::Later);
                 let woken = waiting.step().expect("first step failed");
                 stepped.send(woken).unwrap();
                 if woken == Woken::Retry {

@@ -15,7 +15,7 @@
 
 mod support;
 
-use ctxlock::{forever, AcquireError, CancelToken, Lock};
+use ctxlock::{forever, AcquireError, CancelToken, Compete, Lock, Woken};
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
@@ -127,6 +127,92 @@ fn loom_exclusion_of_three_fair() {
 #[test]
 fn loom_exclusion_of_three_barging() {
     exclusion_of_three(Lock::new);
+}
+
+/// A blocking acquire that competes `Later` when woken to re-compete, as the Python
+/// binding does (it takes the GIL back first): the waiter keeps its place meanwhile.
+fn lock_competing_later<E: std::fmt::Debug>(
+    lock: &Lock,
+    wait: ctxlock::Wait<'_, E>,
+) -> Result<(), AcquireError<E>> {
+    if lock.try_lock() {
+        return Ok(());
+    }
+    let mut waiting = lock.wait_steps(wait, Compete::Later);
+    loop {
+        match waiting.step()? {
+            Woken::Acquired => return Ok(()),
+            Woken::Retry => {
+                if waiting.compete() {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// Three threads that compete `Later`: releases while a woken waiter is away wake nobody
+/// else, the waiter keeps its place, and nobody is lost or enters beside a holder.
+#[test]
+fn loom_exclusion_of_three_competing_later() {
+    model("exclusion_of_three_competing_later", || {
+        let lock = Lock::new();
+        let data = Arc::new(Guarded::default());
+        let others: Vec<_> = (0..2)
+            .map(|_| {
+                let (lock, data) = (lock.clone(), data.clone());
+                thread::spawn(move || {
+                    lock_competing_later(&lock, forever()).unwrap();
+                    data.critical_section();
+                    assert!(lock.unlock());
+                })
+            })
+            .collect();
+        lock_competing_later(&lock, forever()).unwrap();
+        data.critical_section();
+        assert!(lock.unlock());
+        for t in others {
+            t.join().unwrap();
+        }
+        assert_eq!(data.count(), 3);
+        assert_free(&lock);
+    });
+}
+
+/// A waiter that competes `Later` is cancelled around the release that wakes it (while it
+/// keeps its place): it either acquires or fails with the reason, and the lock ends free.
+#[test]
+fn loom_cancel_of_a_waiter_competing_later() {
+    model("cancel_of_a_waiter_competing_later", || {
+        let lock = Lock::new();
+        let token = CancelToken::default();
+        assert!(lock.try_lock());
+        let waiter = {
+            let (lock, token) = (lock.clone(), token.clone());
+            thread::spawn(
+                move || match lock_competing_later(&lock, until_cancelled(&token)) {
+                    Ok(()) => assert!(lock.unlock()),
+                    Err(AcquireError::Cancelled(r)) => assert_eq!(label(&r), "cancel"),
+                    Err(e) => panic!("unexpected {e:?}"),
+                },
+            )
+        };
+        let canceller = {
+            let token = token.clone();
+            thread::spawn(move || {
+                token.cancel(reason("cancel"));
+            })
+        };
+        assert!(lock.unlock());
+        waiter.join().unwrap();
+        canceller.join().unwrap();
+        assert_eq!(
+            token.registrations(),
+            0,
+            "the waiter left its wake-up registered"
+        );
+        assert_free(&lock);
+    });
 }
 
 /// A non-blocking acquirer and two blocking ones: `try_lock` never enters beside a holder

@@ -17,7 +17,7 @@ use super::state::{readers, WRITER};
 use super::sync::{lock, Arc};
 use super::task::TaskWait;
 use super::unlock::Unlock;
-use super::wait::{ThreadWait, Wait};
+use super::wait::{Compete, ThreadWait, Wait};
 use super::waiter::Mode;
 
 /// A slot and the mode in which it is acquired. Cloning shares the slot.
@@ -90,8 +90,8 @@ impl LockView {
     /// GIL back first, see `ThreadWait`). The caller ran the fast path and the token
     /// check, and handles a deadline that has already passed.
     #[cold]
-    pub fn wait_steps<'a, E>(&'a self, wait: Wait<'a, E>) -> ThreadWait<'a, E> {
-        ThreadWait::new(&self.slot, self.mode, wait)
+    pub fn wait_steps<'a, E>(&'a self, wait: Wait<'a, E>, compete: Compete) -> ThreadWait<'a, E> {
+        ThreadWait::new(&self.slot, self.mode, wait, compete)
     }
 
     /// Give back a hold taken with `try_lock`/`lock`. False if there was none in this

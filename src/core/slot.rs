@@ -23,10 +23,12 @@
 //!   (a running thread may take the slot first, which keeps throughput under the GIL),
 //!   unless it has waited `FAIR_AFTER` since it first queued, or it is an asyncio task:
 //!   then it is handed the slot (CPython 3.13's and parking_lot's eventual fairness).
-//!   The woken waiter (`RETRY`) stays in the queue while it competes: one competitor at
-//!   a time (later releases wake nobody else), and the first release after it has waited
-//!   `FAIR_AFTER` hands it the slot even if it has not come back to compete yet (the
-//!   binding lets it compete only once it holds the GIL again; see `python/blocking.rs`).
+//!   A woken waiter (`RETRY`) competes at once, out of the queue (parking_lot's way),
+//!   unless it said it will compete later (`Compete::Later`: the binding lets a thread
+//!   compete only once it holds the GIL again, see `python/blocking.rs`). Such a waiter
+//!   keeps its place while it is away: one competitor at a time (later releases wake
+//!   nobody else), and the first release after it has waited `FAIR_AFTER` hands it the
+//!   slot even if it has not come back yet.
 
 use std::time::Duration;
 
@@ -255,9 +257,12 @@ impl Slot {
             match w.status.load(Ordering::Relaxed) {
                 GRANTED => false,
                 ABANDONED => true,
-                _ => {
+                status => {
                     let removed = q.remove(w);
-                    debug_assert!(removed, "BUG: a WAITING or RETRY waiter was not queued");
+                    debug_assert!(
+                        removed || (status == RETRY && !w.keeps_place),
+                        "BUG: a queued waiter was not in the queue"
+                    );
                     w.set_status(ABANDONED);
                     // A RETRY waiter was the one chosen to compete for a free slot: passing
                     // on the baton is settle's job, as is clearing the QUEUED bits.
@@ -270,9 +275,9 @@ impl Slot {
         left
     }
 
-    /// For a waiter woken with `RETRY`: take the slot if it is free (leaving the queue),
-    /// else stay queued at the same place and park again (`WAITING`). True if `w` now
-    /// holds the slot, also when a release handed it over meanwhile.
+    /// For a waiter woken with `RETRY`: take the slot if it is free (leaving the queue if
+    /// it kept its place), else queue at its old place to park again (`WAITING`). True if
+    /// `w` now holds the slot, also when a release handed it over meanwhile.
     pub(crate) fn compete(&self, w: &Arc<Waiter>) -> bool {
         let mut wake = WakeList::default();
         let took = {
@@ -280,11 +285,11 @@ impl Slot {
             // ORDERING: status only changes under the mutex we hold.
             match w.status.load(Ordering::Relaxed) {
                 GRANTED => true,
-                RETRY | WAITING => {
-                    let removed = q.remove(w);
-                    debug_assert!(removed, "BUG: a competing waiter was not queued");
+                status @ (RETRY | WAITING) => {
+                    // A RETRY waiter that does not keep its place left the queue when woken.
+                    let was_queued = (w.keeps_place || status == WAITING) && q.remove(w);
                     let took = self.acquire_or_queue(&mut q, w);
-                    if took {
+                    if took && was_queued {
                         // Out of the queue with the slot: make the QUEUED bits agree.
                         self.settle(&mut q, None, &mut wake);
                     }
@@ -318,8 +323,11 @@ impl Slot {
             let (held, exclusive_left, shared_left) = match grant {
                 Grant::Nobody => (freed, q.len() - q.shared_len(), q.shared_len()),
                 Grant::Writer => (freed | WRITER, q.len() - q.shared_len() - 1, q.shared_len()),
-                // The chosen waiter competes from its place in the queue.
-                Grant::Retry => (freed, q.len() - q.shared_len(), q.shared_len()),
+                Grant::Retry => {
+                    // A waiter that keeps its place competes from the queue.
+                    let popped = usize::from(!q.head_exclusive().is_some_and(|w| w.keeps_place));
+                    (freed, q.len() - q.shared_len() - popped, q.shared_len())
+                }
                 Grant::Readers => (
                     freed + q.shared_len() * ONE_READER,
                     q.len() - q.shared_len(),
@@ -355,10 +363,14 @@ impl Slot {
                 wake.push(w);
             }
             Grant::Retry => {
-                let w = q
+                let head = q
                     .head_exclusive()
-                    .expect("BUG: planned a retry on an empty queue")
-                    .clone();
+                    .expect("BUG: planned a retry on an empty queue");
+                let w = if head.keeps_place {
+                    head.clone()
+                } else {
+                    q.pop_exclusive().expect("BUG: the head vanished")
+                };
                 w.set_status(RETRY);
                 wake.push(w);
             }
@@ -395,8 +407,9 @@ impl Slot {
         if self.policy == Policy::Fair || head.is_task() || waited_long_enough(head) {
             Grant::Writer
         } else if head.status() == RETRY {
-            // Already woken to compete and not yet back: one competitor at a time; it
-            // is handed the slot by the first release after it has waited FAIR_AFTER.
+            // Woken to compete and not back yet (only a waiter that keeps its place is
+            // still queued then): one competitor at a time; it is handed the slot by
+            // the first release after it has waited FAIR_AFTER.
             Grant::Nobody
         } else {
             Grant::Retry

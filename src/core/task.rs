@@ -25,7 +25,7 @@ pub struct TaskWait {
 
 impl TaskWait {
     pub(crate) fn start(view: LockView, waker: Waker) -> Option<TaskWait> {
-        let waiter = Arc::new(Waiter::new(view.mode(), Notify::Task(waker)));
+        let waiter = Arc::new(Waiter::new(view.mode(), Notify::Task(waker), false));
         let acquired = view
             .slot()
             .acquire_or_queue(&mut lock(view.slot().queue()), &waiter);

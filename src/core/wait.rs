@@ -72,11 +72,21 @@ pub(crate) fn park_step<E>(
 pub enum Woken {
     /// The caller holds the lock.
     Acquired,
-    /// A release chose this waiter to compete for the free slot (barging policy). It
-    /// keeps its place in the queue, so a later release can still hand it the slot;
-    /// the caller must call [`ThreadWait::compete`] (the binding does once it has the
-    /// GIL back) before the next step.
+    /// A release chose this waiter to compete for the free slot (barging policy). The
+    /// caller must call [`ThreadWait::compete`] before the next step (see [`Compete`]).
     Retry,
+}
+
+/// When a thread woken to compete for a free slot will compete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compete {
+    /// As soon as it is woken: it leaves the queue then (parking_lot's way), so releases
+    /// meanwhile stay on the fast path.
+    AtOnce,
+    /// Only after something that may take a while (the binding takes the GIL back
+    /// first): it keeps its place in the queue meanwhile, so the hand-off rule still
+    /// reaches it, and releases wake nobody else.
+    Later,
 }
 
 /// A thread's wait for one lock, kept across steps so that a waiter that is woken to
@@ -91,14 +101,18 @@ pub struct ThreadWait<'a, E> {
 }
 
 impl<'a, E> ThreadWait<'a, E> {
-    pub(crate) fn new(slot: &'a Slot, mode: Mode, wait: Wait<'a, E>) -> Self {
+    pub(crate) fn new(slot: &'a Slot, mode: Mode, wait: Wait<'a, E>, compete: Compete) -> Self {
         let registration = wait.cancel.and_then(|t| {
             let me = current();
             t.on_cancel(move |_| me.unpark())
         });
         ThreadWait {
             slot,
-            waiter: Arc::new(Waiter::new(mode, Notify::Thread(current()))),
+            waiter: Arc::new(Waiter::new(
+                mode,
+                Notify::Thread(current()),
+                compete == Compete::Later,
+            )),
             deadline: earliest(wait.deadline, wait.cancel.and_then(CancelToken::deadline)),
             wait,
             registration,
@@ -169,7 +183,7 @@ impl Slot {
         mode: Mode,
         wait: Wait<'_, E>,
     ) -> Result<(), AcquireError<E>> {
-        let mut waiting = ThreadWait::new(self, mode, wait);
+        let mut waiting = ThreadWait::new(self, mode, wait, Compete::AtOnce);
         loop {
             if waiting.step()? == Woken::Acquired || waiting.compete() {
                 return Ok(());

@@ -29,8 +29,10 @@ pub enum Mode {
 pub(crate) const WAITING: u8 = 0;
 /// The slot (or a place in the reader group) was handed to this waiter.
 pub(crate) const GRANTED: u8 = 1;
-/// Woken to compete for a just-freed slot (barging `Lock`); still queued, at its place,
-/// until it takes the slot (`Slot::compete`), is handed it, or gives up.
+/// Woken to compete for a just-freed slot (barging `Lock`). A waiter that `keeps_place`
+/// stays queued, at its place, until it takes the slot (`Slot::compete`), is handed it,
+/// or gives up; any other leaves the queue when woken and queues again (at its old
+/// place) if it loses.
 pub(crate) const RETRY: u8 = 2;
 /// Left without the lock (deadline, cancellation, signal, dropped task).
 pub(crate) const ABANDONED: u8 = 3;
@@ -47,8 +49,8 @@ pub(crate) enum Notify {
 /// - `status` changes only with the queue mutex held; it is read without the mutex by
 ///   the waiter itself, which is why it is atomic.
 /// - `seq` is written only under the queue mutex; it is the waiter's place in FIFO
-///   order and is kept when a `RETRY` waiter that lost its competition parks again, so
-///   re-competing never moves a waiter back.
+///   order and is kept when a `RETRY` waiter that lost its competition queues or parks
+///   again, so re-competing never moves a waiter back.
 pub(crate) struct Waiter {
     pub(crate) status: AtomicU8,
     pub(crate) seq: AtomicU64,
@@ -59,10 +61,13 @@ pub(crate) struct Waiter {
     pub(crate) since: Instant,
     /// The process generation it queued in (see `fork.rs`).
     pub(crate) generation: u64,
+    /// A thread that, woken to compete (`RETRY`), keeps its place in the queue until it
+    /// competes (`Compete::Later`); else it leaves the queue when woken.
+    pub(crate) keeps_place: bool,
 }
 
 impl Waiter {
-    pub(crate) fn new(mode: Mode, notify: Notify) -> Self {
+    pub(crate) fn new(mode: Mode, notify: Notify, keeps_place: bool) -> Self {
         Waiter {
             status: AtomicU8::new(WAITING),
             seq: AtomicU64::new(u64::MAX),
@@ -70,6 +75,7 @@ impl Waiter {
             notify,
             since: Instant::now(),
             generation: super::fork::generation(),
+            keeps_place,
         }
     }
 

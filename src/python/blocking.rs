@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use crate::core::cancel::CancelToken;
 use crate::core::error::AcquireError;
 use crate::core::lock::LockView;
-use crate::core::wait::{Interrupt, Wait, Woken};
+use crate::core::wait::{Compete, Interrupt, Wait, Woken};
 
 /// How often a blocked main thread runs signal handlers.
 pub(crate) const SIGNAL_SLICE: Duration = Duration::from_millis(20);
@@ -70,6 +70,13 @@ pub(crate) fn detached<T: Send>(
     py.detach(move || park(interrupt))
 }
 
+/// When a woken thread competes: after taking the GIL back, which may take up to the
+/// interpreter's switch interval; without a GIL that is at once.
+#[cfg(not(Py_GIL_DISABLED))]
+const COMPETE: Compete = Compete::Later;
+#[cfg(Py_GIL_DISABLED)]
+const COMPETE: Compete = Compete::AtOnce;
+
 /// The slow path of a blocking acquire.
 ///
 /// A waiter that a release wakes to compete for the free slot (the barging policy)
@@ -99,11 +106,14 @@ pub(crate) fn lock(
         every: SIGNAL_SLICE,
         check: check_signals,
     });
-    let mut waiting = view.wait_steps(Wait {
-        deadline,
-        cancel,
-        interrupt,
-    });
+    let mut waiting = view.wait_steps(
+        Wait {
+            deadline,
+            cancel,
+            interrupt,
+        },
+        COMPETE,
+    );
     loop {
         match py.detach(|| waiting.step())? {
             Woken::Acquired => return Ok(()),
