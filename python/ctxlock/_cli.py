@@ -260,7 +260,7 @@ def _plot(results: Sequence[RowResult], path: str) -> None:
     positions = range(len(measured))
     heights = [max(r.ratio or 0.0, floor) for r in measured]
     colors = ["tab:green" if r.ok else "tab:red" for r in measured]
-    ax.bar(positions, heights, color=colors, width=0.6, label="ctxlock / anchor")
+    ax.bar(positions, heights, color=colors, width=0.6)
     ax.scatter(
         positions,
         [r.target for r in measured],
@@ -269,13 +269,13 @@ def _plot(results: Sequence[RowResult], path: str) -> None:
         linewidths=2.5,
         color="black",
         zorder=3,
-        label="target",
     )
     for x, r in zip(positions, measured, strict=True):
+        # Above the bar or the target line, whichever is higher, so the two never overlap.
         ax.annotate(
             _ratio_text(r),
-            (x, heights[x]),
-            xytext=(0, 3),
+            (x, max(heights[x], r.target)),
+            xytext=(0, 4),
             textcoords="offset points",
             ha="center",
             va="bottom",
@@ -285,7 +285,15 @@ def _plot(results: Sequence[RowResult], path: str) -> None:
     ax.set_xticks(list(positions), [r.key for r in measured], rotation=35, ha="right")
     ax.set_ylabel("ratio (churn_rss: MB)")
     ax.set_title(f"ctxlock {ctxlock.__version__}: cost relative to the anchor (lower is better)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [
+        Patch(color="tab:green", label="ctxlock / anchor: meets"),
+        Patch(color="tab:red", label="ctxlock / anchor: misses"),
+        Line2D([], [], color="black", linewidth=2.5, label="target"),
+    ]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
