@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from ctxlock import CancelToken, Lock, LockTimeout, SharableLock, Unlock
+from ctxlock import CancelToken, Lock, LockTimeout, SharableLock, Unlock, _ctxlock
 
 SIGNATURE = "(cancel=None, *, deadline=None, blocking=True)"
 
@@ -34,6 +34,15 @@ def shared_view() -> object:
 
 
 MAKERS = [exclusive_lock, exclusive_view, shared_view]
+
+
+@pytest.mark.skipif(sys.implementation.name != "cpython", reason="CPython's C API only")
+def test_every_fast_entry_point_is_installed() -> None:
+    # A PyO3 upgrade that changes how methods are defined makes the module fall back to
+    # PyO3's entry points silently (still correct, slower): this notices.
+    assert sorted(_ctxlock._fast_calls) == ["Lock.acquire", "LockView.acquire", "Unlock.__call__"]
+    have_vectorcall = 1 << 11  # Py_TPFLAGS_HAVE_VECTORCALL
+    assert Unlock.__flags__ & have_vectorcall
 
 
 @pytest.mark.parametrize("make", MAKERS)

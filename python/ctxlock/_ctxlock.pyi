@@ -8,6 +8,8 @@ from types import TracebackType
 from typing import final
 
 __version__: str
+#: The hand-written entry points in use (CPython); empty where PyO3's own serve.
+_fast_calls: list[str]
 
 @final
 class CancelToken:

@@ -21,7 +21,7 @@ fn _ctxlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sharable::PyLockView>()?;
     m.add_class::<cancel::PyCancelToken>()?;
     m.add_class::<unlock::PyUnlock>()?;
-    vectorcall::install(m.py())?;
+    m.add("_fast_calls", vectorcall::install(m.py())?)?;
     let after_fork = wrap_pyfunction!(after_fork_in_child, m)?;
     let kwargs = pyo3::types::PyDict::new(m.py());
     kwargs.set_item("after_in_child", after_fork)?;

@@ -71,16 +71,24 @@ impl FastAcquire for PyLockView {
     }
 }
 
-/// Install the entry points; called once from the module's initialisation.
-pub(crate) fn install(py: Python<'_>) -> PyResult<()> {
+/// Install the entry points; called once from the module's initialisation. Returns the
+/// names of those installed (the module shows them as `_fast_calls`, so a test notices
+/// when a PyO3 upgrade makes `install` fall back to PyO3's own).
+pub(crate) fn install(py: Python<'_>) -> PyResult<Vec<&'static str>> {
+    let mut installed = Vec::new();
     #[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
     {
-        install_acquire::<PyLock>(py)?;
-        install_acquire::<PyLockView>(py)?;
+        if install_acquire::<PyLock>(py)? {
+            installed.push("Lock.acquire");
+        }
+        if install_acquire::<PyLockView>(py)? {
+            installed.push("LockView.acquire");
+        }
         install_unlock_call(py)?;
+        installed.push("Unlock.__call__");
     }
     let _ = py;
-    Ok(())
+    Ok(installed)
 }
 
 /// `lock.acquire(...)`: the plain call and a numeric `deadline=` on a free lock here,
@@ -174,10 +182,10 @@ where
 }
 
 /// Replace `T.acquire` with a descriptor of `acquire::<T>`, keeping the generated function
-/// for the calls it passes on. Leaves the class alone if `acquire` is not the expected
-/// `METH_FASTCALL | METH_KEYWORDS` method descriptor.
+/// for the calls it passes on. Leaves the class alone (false) if `acquire` is not the
+/// expected `METH_FASTCALL | METH_KEYWORDS` method descriptor.
 #[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
-fn install_acquire<T: FastAcquire>(py: Python<'_>) -> PyResult<()>
+fn install_acquire<T: FastAcquire>(py: Python<'_>) -> PyResult<bool>
 where
     Py<T>: Into<Owner>,
 {
@@ -187,19 +195,19 @@ where
     let method_descr_type = std::ptr::addr_of_mut!(ffi::PyMethodDescr_Type);
     // SAFETY: `descr` is a live object; reading its type pointer.
     if unsafe { ffi::Py_TYPE(descr.as_ptr()) } != method_descr_type {
-        return Ok(());
+        return Ok(false);
     }
     // SAFETY: a `method_descriptor` has this layout; its `d_method` points at the
     // generated method's static `PyMethodDef`.
     let generated_def = unsafe { &*(*descr.as_ptr().cast::<ffi::PyMethodDescrObject>()).d_method };
     if generated_def.ml_flags != FLAGS {
-        return Ok(());
+        return Ok(false);
     }
     // SAFETY: the flags say this union member is the one in use.
     let generated = unsafe { generated_def.ml_meth.PyCFunctionFastWithKeywords };
     if T::generated().set(generated).is_err() {
         // Installed already (the module was initialised twice): nothing to do.
-        return Ok(());
+        return Ok(true);
     }
     // The descriptor keeps a pointer to its `PyMethodDef` for the life of the class, so
     // the definition is leaked, once per class. Name and docs (with the text signature)
@@ -218,7 +226,8 @@ where
         unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyDescr_NewMethod(ty.as_type_ptr(), def))? };
     // PyO3 classes are mutable types: `type.__setattr__` stores it and invalidates
     // CPython's method caches.
-    ty.setattr("acquire", fast)
+    ty.setattr("acquire", fast)?;
+    Ok(true)
 }
 
 /// `unlock()`: the vectorcall slot of every `Unlock`.
