@@ -93,22 +93,23 @@ fn loom_exclusion_barging() {
 }
 
 /// Three blocking threads: two of them queue, so a release hands off (fair) or wakes
-/// a waiter to re-compete (barging) while the other waiter is still queued.
-fn exclusion_of_three(new: fn() -> Lock) {
-    model("exclusion_of_three", move || {
+/// a waiter to re-compete (barging) while the other waiter is still queued. `acquire` is
+/// how each thread blocks.
+fn exclusion_of_three(name: &str, new: fn() -> Lock, acquire: fn(&Lock)) {
+    model(name, move || {
         let lock = new();
         let data = Arc::new(Guarded::default());
         let others: Vec<_> = (0..2)
             .map(|_| {
                 let (lock, data) = (lock.clone(), data.clone());
                 thread::spawn(move || {
-                    lock.lock(forever()).unwrap();
+                    acquire(&lock);
                     data.critical_section();
                     assert!(lock.unlock());
                 })
             })
             .collect();
-        lock.lock(forever()).unwrap();
+        acquire(&lock);
         data.critical_section();
         assert!(lock.unlock());
         for t in others {
@@ -119,14 +120,27 @@ fn exclusion_of_three(new: fn() -> Lock) {
     });
 }
 
+fn lock_forever(lock: &Lock) {
+    lock.lock(forever()).unwrap();
+}
+
 #[test]
 fn loom_exclusion_of_three_fair() {
-    exclusion_of_three(Lock::fair);
+    exclusion_of_three("exclusion_of_three", Lock::fair, lock_forever);
 }
 
 #[test]
 fn loom_exclusion_of_three_barging() {
-    exclusion_of_three(Lock::new);
+    exclusion_of_three("exclusion_of_three", Lock::new, lock_forever);
+}
+
+/// Threads that compete `Later`: releases while a woken waiter is away wake nobody else,
+/// the waiter keeps its place, and nobody is lost or enters beside a holder.
+#[test]
+fn loom_exclusion_of_three_competing_later() {
+    exclusion_of_three("exclusion_of_three_competing_later", Lock::new, |lock| {
+        lock_competing_later(lock, forever()).unwrap();
+    });
 }
 
 /// A blocking acquire that competes `Later` when woken to re-compete, as the Python
@@ -149,70 +163,6 @@ fn lock_competing_later<E: std::fmt::Debug>(
             }
         }
     }
-}
-
-/// Three threads that compete `Later`: releases while a woken waiter is away wake nobody
-/// else, the waiter keeps its place, and nobody is lost or enters beside a holder.
-#[test]
-fn loom_exclusion_of_three_competing_later() {
-    model("exclusion_of_three_competing_later", || {
-        let lock = Lock::new();
-        let data = Arc::new(Guarded::default());
-        let others: Vec<_> = (0..2)
-            .map(|_| {
-                let (lock, data) = (lock.clone(), data.clone());
-                thread::spawn(move || {
-                    lock_competing_later(&lock, forever()).unwrap();
-                    data.critical_section();
-                    assert!(lock.unlock());
-                })
-            })
-            .collect();
-        lock_competing_later(&lock, forever()).unwrap();
-        data.critical_section();
-        assert!(lock.unlock());
-        for t in others {
-            t.join().unwrap();
-        }
-        assert_eq!(data.count(), 3);
-        assert_free(&lock);
-    });
-}
-
-/// A waiter that competes `Later` is cancelled around the release that wakes it (while it
-/// keeps its place): it either acquires or fails with the reason, and the lock ends free.
-#[test]
-fn loom_cancel_of_a_waiter_competing_later() {
-    model("cancel_of_a_waiter_competing_later", || {
-        let lock = Lock::new();
-        let token = CancelToken::default();
-        assert!(lock.try_lock());
-        let waiter = {
-            let (lock, token) = (lock.clone(), token.clone());
-            thread::spawn(
-                move || match lock_competing_later(&lock, until_cancelled(&token)) {
-                    Ok(()) => assert!(lock.unlock()),
-                    Err(AcquireError::Cancelled(r)) => assert_eq!(label(&r), "cancel"),
-                    Err(e) => panic!("unexpected {e:?}"),
-                },
-            )
-        };
-        let canceller = {
-            let token = token.clone();
-            thread::spawn(move || {
-                token.cancel(reason("cancel"));
-            })
-        };
-        assert!(lock.unlock());
-        waiter.join().unwrap();
-        canceller.join().unwrap();
-        assert_eq!(
-            token.registrations(),
-            0,
-            "the waiter left its wake-up registered"
-        );
-        assert_free(&lock);
-    });
 }
 
 /// A non-blocking acquirer and two blocking ones: `try_lock` never enters beside a holder
@@ -388,16 +338,20 @@ fn loom_grant_abandon_race_barging() {
 }
 
 /// A blocked thread's token is cancelled just as the holder unlocks: the waiter either
-/// acquires or fails with the reason, never both, and the lock ends free.
-#[test]
-fn loom_grant_cancel_race() {
-    model("grant_cancel_race", || {
-        let lock = Lock::fair();
+/// acquires or fails with the reason, never both, and the lock ends free. `acquire` is
+/// how the waiter blocks.
+fn grant_cancel_race(
+    name: &str,
+    new: fn() -> Lock,
+    acquire: fn(&Lock, &CancelToken) -> Result<(), AcquireError<std::convert::Infallible>>,
+) {
+    model(name, move || {
+        let lock = new();
         let token = CancelToken::default();
         assert!(lock.try_lock());
         let waiter = {
             let (lock, token) = (lock.clone(), token.clone());
-            thread::spawn(move || match lock.lock(until_cancelled(&token)) {
+            thread::spawn(move || match acquire(&lock, &token) {
                 Ok(()) => assert!(lock.unlock()),
                 Err(AcquireError::Cancelled(r)) => assert_eq!(label(&r), "cancel"),
                 Err(e) => panic!("unexpected {e:?}"),
@@ -419,4 +373,22 @@ fn loom_grant_cancel_race() {
         );
         assert_free(&lock);
     });
+}
+
+#[test]
+fn loom_grant_cancel_race() {
+    grant_cancel_race("grant_cancel_race", Lock::fair, |lock, token| {
+        lock.lock(until_cancelled(token))
+    });
+}
+
+/// The same with a barging lock and a waiter that competes `Later`: the cancel may come
+/// while the release has woken it and it keeps its place in the queue.
+#[test]
+fn loom_grant_cancel_race_competing_later() {
+    grant_cancel_race(
+        "grant_cancel_race_competing_later",
+        Lock::new,
+        |lock, token| lock_competing_later(lock, until_cancelled(token)),
+    );
 }
