@@ -110,19 +110,21 @@ where
     // SAFETY: `slf` is a valid borrowed reference for the call, and the method descriptor
     // checked that it is an instance of `T`'s type (which cannot be subclassed).
     let lock = unsafe { Bound::ref_from_ptr(py, &slf).cast_unchecked::<T>() };
-    // SAFETY: `args` holds `nargs` positional arguments and then one value per keyword
-    // name, all borrowed for the call; `kwnames` is NULL or a tuple of str.
-    if nargs == 0 && unsafe { plain_or_deadline(py, args, kwnames) } && lock.get().view().try_lock()
-    {
-        return new_unlock(lock);
-    }
-    let generated = T::generated()
-        .get()
-        .copied()
-        // `install` sets this before it installs the function that reads it.
-        .unwrap_or_else(|| std::process::abort());
-    // SAFETY: the generated function has this very signature and contract.
-    unsafe { generated(slf, args, nargs, kwnames) }
+    guarded(py, || {
+        // SAFETY: `args` holds `nargs` positional arguments and then one value per keyword
+        // name, all borrowed for the call; `kwnames` is NULL or a tuple of str.
+        let fast = nargs == 0 && unsafe { plain_or_deadline(py, args, kwnames) };
+        if fast && lock.get().view().try_lock() {
+            return new_unlock(lock);
+        }
+        let generated = T::generated()
+            .get()
+            .copied()
+            // `install` sets this before it installs the function that reads it.
+            .unwrap_or_else(|| std::process::abort());
+        // SAFETY: the generated function has this very signature and contract.
+        unsafe { generated(slf, args, nargs, kwnames) }
+    })
 }
 
 /// Whether the keyword arguments are none, or only `deadline=` with an `int` or
@@ -263,8 +265,24 @@ pub(crate) unsafe extern "C" fn call_unlock(
     let py = unsafe { Python::assume_attached() };
     // SAFETY: `callable` is a live `Unlock` (see the function's contract).
     let unlock = unsafe { Bound::ref_from_ptr(py, &callable).cast_unchecked::<PyUnlock>() };
-    unlock.get().release();
-    py.None().into_ptr()
+    guarded(py, || {
+        unlock.get().release();
+        py.None().into_ptr()
+    })
+}
+
+/// Run `body`, turning a panic (only a bug can cause one) into a raised
+/// `PanicException`, as PyO3's own entry points do: a panic must not unwind into C.
+#[inline]
+fn guarded(py: Python<'_>, body: impl FnOnce() -> *mut ffi::PyObject) -> *mut ffi::PyObject {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        Ok(result) => result,
+        Err(_) => {
+            pyo3::panic::PanicException::new_err("ctxlock: a Rust panic in acquire() or unlock()")
+                .restore(py);
+            std::ptr::null_mut()
+        }
+    }
 }
 
 /// Point `Unlock`'s `tp_vectorcall_offset` at the `vectorcall` field of its objects.
