@@ -72,23 +72,13 @@ impl LockView {
     /// the token check themselves (the binding does, before it releases the GIL).
     #[cold]
     pub fn lock_slow<E>(&self, wait: Wait<'_, E>) -> Result<(), AcquireError<E>> {
-        if wait
-            .deadline
-            .is_some_and(|d| d <= std::time::Instant::now())
-        {
-            return if self.try_lock() {
-                Ok(())
-            } else {
-                Err(AcquireError::Timeout)
-            };
-        }
         self.slot.acquire_slow(self.mode, wait)
     }
 
     /// The waiting part of [`LockView::lock`] as steps, for a caller that must do
     /// something between being woken to compete and competing (the binding takes the
     /// GIL back first, see `ThreadWait`). The caller ran the fast path and the token
-    /// check, and handles a deadline that has already passed.
+    /// check.
     #[cold]
     pub fn wait_steps<'a, E>(&'a self, wait: Wait<'a, E>, compete: Compete) -> ThreadWait<'a, E> {
         ThreadWait::new(&self.slot, self.mode, wait, compete)

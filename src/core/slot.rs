@@ -195,13 +195,16 @@ impl Slot {
     /// A release that must look at the queue (or finds the slot not held).
     #[cold]
     fn release_slow(&self, mode: Mode) -> bool {
+        self.with_queue(|q, wake| self.settle(q, Some(mode), wake))
+    }
+
+    /// Run `f` under the queue mutex, then deliver the wake-ups it collected, after the
+    /// mutex is dropped (see `queue.rs`).
+    fn with_queue<R>(&self, f: impl FnOnce(&mut WaitQueue, &mut WakeList) -> R) -> R {
         let mut wake = WakeList::default();
-        let released = {
-            let mut q = lock(&self.queue);
-            self.settle(&mut q, Some(mode), &mut wake)
-        };
+        let result = f(&mut lock(&self.queue), &mut wake);
         wake.wake_all();
-        released
+        result
     }
 
     /// Under the queue mutex: take the slot for `w` if the policy allows, else queue
@@ -250,9 +253,7 @@ impl Slot {
     /// dropped task). Returns false if `w` was granted first: then it holds the lock and
     /// the caller must keep or release it. The one race-resolution path for every cause.
     pub(crate) fn abandon(&self, w: &Arc<Waiter>) -> bool {
-        let mut wake = WakeList::default();
-        let left = {
-            let mut q = lock(&self.queue);
+        self.with_queue(|q, wake| {
             // ORDERING: status only changes under the mutex we hold.
             match w.status.load(Ordering::Relaxed) {
                 GRANTED => false,
@@ -266,40 +267,34 @@ impl Slot {
                     w.set_status(ABANDONED);
                     // A RETRY waiter was the one chosen to compete for a free slot: passing
                     // on the baton is settle's job, as is clearing the QUEUED bits.
-                    self.settle(&mut q, None, &mut wake);
+                    self.settle(q, None, wake);
                     true
                 }
             }
-        };
-        wake.wake_all();
-        left
+        })
     }
 
     /// For a waiter woken with `RETRY`: take the slot if it is free (leaving the queue if
     /// it kept its place), else queue at its old place to park again (`WAITING`). True if
     /// `w` now holds the slot, also when a release handed it over meanwhile.
     pub(crate) fn compete(&self, w: &Arc<Waiter>) -> bool {
-        let mut wake = WakeList::default();
-        let took = {
-            let mut q = lock(&self.queue);
+        self.with_queue(|q, wake| {
             // ORDERING: status only changes under the mutex we hold.
             match w.status.load(Ordering::Relaxed) {
                 GRANTED => true,
                 status @ (RETRY | WAITING) => {
                     // A RETRY waiter that does not keep its place left the queue when woken.
                     let was_queued = (w.keeps_place || status == WAITING) && q.remove(w);
-                    let took = self.acquire_or_queue(&mut q, w);
+                    let took = self.acquire_or_queue(q, w);
                     if took && was_queued {
                         // Out of the queue with the slot: make the QUEUED bits agree.
-                        self.settle(&mut q, None, &mut wake);
+                        self.settle(q, None, wake);
                     }
                     took
                 }
                 _ => unreachable!("BUG: an abandoned waiter competes"),
             }
-        };
-        wake.wake_all();
-        took
+        })
     }
 
     /// Under the queue mutex: apply `release` (if any), run the grant policy, make the

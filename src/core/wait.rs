@@ -120,12 +120,19 @@ impl<'a, E> ThreadWait<'a, E> {
         }
     }
 
-    /// Take the slot or queue (the first step), then park until granted, woken to
-    /// compete, or failed. A step that fails has left the queue (and passed on any
-    /// grant it raced with).
+    /// Take the slot or queue (the first step; with its deadline already passed, one
+    /// try and no queueing), then park until granted, woken to compete, or failed. A
+    /// step that fails has left the queue (and passed on any grant it raced with).
     pub fn step(&mut self) -> Result<Woken, AcquireError<E>> {
         let (slot, w) = (self.slot, &self.waiter);
         if !self.queued {
+            if self.wait.deadline.is_some_and(|d| d <= Instant::now()) {
+                return if slot.try_lock(w.mode) {
+                    Ok(Woken::Acquired)
+                } else {
+                    Err(AcquireError::Timeout)
+                };
+            }
             self.queued = true;
             if slot.acquire_or_queue(&mut lock(slot.queue()), w) {
                 return Ok(Woken::Acquired);

@@ -57,16 +57,22 @@ fn check_signals() -> Result<(), PyErr> {
     Python::attach(|py| py.check_signals())
 }
 
+/// The interrupt a wait of this thread passes into the core: running signal handlers
+/// every `SIGNAL_SLICE` in the main thread, none elsewhere.
+fn interrupt(py: Python<'_>) -> Option<Interrupt<PyErr>> {
+    in_main_thread(py).then_some(Interrupt {
+        every: SIGNAL_SLICE,
+        check: check_signals,
+    })
+}
+
 /// Block until `park` returns, with the GIL released, running signal handlers in the main
 /// thread. `park` gets the interrupt to pass into the core's wait.
 pub(crate) fn detached<T: Send>(
     py: Python<'_>,
     park: impl FnOnce(Option<Interrupt<PyErr>>) -> T + Send,
 ) -> T {
-    let interrupt = in_main_thread(py).then_some(Interrupt {
-        every: SIGNAL_SLICE,
-        check: check_signals,
-    });
+    let interrupt = interrupt(py);
     py.detach(move || park(interrupt))
 }
 
@@ -95,22 +101,11 @@ pub(crate) fn lock(
     cancel: Option<&CancelToken>,
     deadline: Option<Instant>,
 ) -> Result<(), AcquireError<PyErr>> {
-    if deadline.is_some_and(|d| d <= Instant::now()) {
-        return if view.try_lock() {
-            Ok(())
-        } else {
-            Err(AcquireError::Timeout)
-        };
-    }
-    let interrupt = in_main_thread(py).then_some(Interrupt {
-        every: SIGNAL_SLICE,
-        check: check_signals,
-    });
     let mut waiting = view.wait_steps(
         Wait {
             deadline,
             cancel,
-            interrupt,
+            interrupt: interrupt(py),
         },
         COMPETE,
     );

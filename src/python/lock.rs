@@ -122,9 +122,26 @@ pub(crate) fn exit(view: &LockView) -> PyResult<()> {
 }
 
 /// The members `Lock` and `LockView` share, generated for both classes (a `#[pymethods]`
-/// block cannot be inherited, and a Python base class would make the views subclassable).
+/// block cannot be inherited, and a Python base class would make the views subclassable),
+/// and their hand-written `acquire` entry point (`vectorcall.rs`).
 macro_rules! lock_methods {
     ($class:ident { $($extra:tt)* }) => {
+        impl $crate::python::vectorcall::FastAcquire for $class {
+            fn view(&self) -> &$crate::core::lock::LockView {
+                $class::view(self)
+            }
+
+            fn owner(slf: Py<Self>) -> $crate::python::unlock::Owner {
+                slf.into()
+            }
+
+            fn generated() -> &'static std::sync::OnceLock<pyo3::ffi::PyCFunctionFastWithKeywords> {
+                static GENERATED: std::sync::OnceLock<pyo3::ffi::PyCFunctionFastWithKeywords> =
+                    std::sync::OnceLock::new();
+                &GENERATED
+            }
+        }
+
         #[pymethods]
         impl $class {
             $($extra)*

@@ -38,37 +38,16 @@ use super::lock::PyLock;
 use super::sharable::PyLockView;
 use super::unlock::{Owner, PyUnlock};
 
-/// The classes whose `acquire` gets the hand-written entry point.
-pub(crate) trait FastAcquire: PyClass<Frozen = True> + Sync
-where
-    Py<Self>: Into<Owner>,
-{
+/// The classes whose `acquire` gets the hand-written entry point: `Lock` and `LockView`,
+/// which implement it in `lock_methods!` (with the rest of the members they share).
+pub(crate) trait FastAcquire: PyClass<Frozen = True> + Sync {
     fn view(&self) -> &LockView;
+
+    /// The owner an `Unlock` of this lock keeps.
+    fn owner(slf: Py<Self>) -> Owner;
 
     /// The `acquire` PyO3 generated, which takes every call the fast path does not.
     fn generated() -> &'static OnceLock<ffi::PyCFunctionFastWithKeywords>;
-}
-
-impl FastAcquire for PyLock {
-    fn view(&self) -> &LockView {
-        PyLock::view(self)
-    }
-
-    fn generated() -> &'static OnceLock<ffi::PyCFunctionFastWithKeywords> {
-        static GENERATED: OnceLock<ffi::PyCFunctionFastWithKeywords> = OnceLock::new();
-        &GENERATED
-    }
-}
-
-impl FastAcquire for PyLockView {
-    fn view(&self) -> &LockView {
-        PyLockView::view(self)
-    }
-
-    fn generated() -> &'static OnceLock<ffi::PyCFunctionFastWithKeywords> {
-        static GENERATED: OnceLock<ffi::PyCFunctionFastWithKeywords> = OnceLock::new();
-        &GENERATED
-    }
 }
 
 /// Install the entry points; called once from the module's initialisation. Returns the
@@ -101,10 +80,7 @@ unsafe extern "C" fn acquire<T: FastAcquire>(
     args: *const *mut ffi::PyObject,
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
-) -> *mut ffi::PyObject
-where
-    Py<T>: Into<Owner>,
-{
+) -> *mut ffi::PyObject {
     // SAFETY: CPython calls methods with the thread attached.
     let py = unsafe { Python::assume_attached() };
     // SAFETY: `slf` is a valid borrowed reference for the call, and the method descriptor
@@ -167,13 +143,10 @@ unsafe fn plain_or_deadline(
 
 /// The `Unlock` of a hold just taken through `lock`; on failure (out of memory) the
 /// value is dropped, which releases the hold, and the error is raised.
-fn new_unlock<T: FastAcquire>(lock: &Bound<'_, T>) -> *mut ffi::PyObject
-where
-    Py<T>: Into<Owner>,
-{
+fn new_unlock<T: FastAcquire>(lock: &Bound<'_, T>) -> *mut ffi::PyObject {
     match Bound::new(
         lock.py(),
-        PyUnlock::new(lock.clone().unbind().into(), false),
+        PyUnlock::new(T::owner(lock.clone().unbind()), false),
     ) {
         Ok(unlock) => unlock.into_ptr(),
         Err(e) => {
@@ -187,10 +160,7 @@ where
 /// for the calls it passes on. Leaves the class alone (false) if `acquire` is not the
 /// expected `METH_FASTCALL | METH_KEYWORDS` method descriptor.
 #[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
-fn install_acquire<T: FastAcquire>(py: Python<'_>) -> PyResult<bool>
-where
-    Py<T>: Into<Owner>,
-{
+fn install_acquire<T: FastAcquire>(py: Python<'_>) -> PyResult<bool> {
     const FLAGS: std::ffi::c_int = ffi::METH_FASTCALL | ffi::METH_KEYWORDS;
     let ty = py.get_type::<T>();
     let descr = ty.getattr("acquire")?;
