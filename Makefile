@@ -26,6 +26,9 @@ lint:
 	cargo fmt --check
 	cargo clippy --all-targets --quiet -- -D warnings
 	cargo clippy --all-targets --features python --quiet -- -D warnings
+	# The free-threaded build (Py_GIL_DISABLED), checked without an interpreter.
+	PYO3_CONFIG_FILE=$(CURDIR)/ci/pyo3-free-threaded.cfg \
+		cargo clippy --all-targets --features python --target-dir target/free-threaded --quiet -- -D warnings
 	$(PY) -m ruff check python tests benches
 	$(PY) -m ruff format --check python tests benches
 	$(PY) -m mypy

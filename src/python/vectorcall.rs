@@ -283,7 +283,7 @@ fn install_unlock_call(py: Python<'_>) -> PyResult<()> {
     // lookups of the type.
     unsafe {
         (*tp).tp_vectorcall_offset = offset as ffi::Py_ssize_t;
-        (*tp).tp_flags |= ffi::Py_TPFLAGS_HAVE_VECTORCALL;
+        set_vectorcall_flag(tp);
         ffi::PyType_Modified(tp);
     }
     unlock.call0()?;
@@ -293,4 +293,28 @@ fn install_unlock_call(py: Python<'_>) -> PyResult<()> {
         ));
     }
     Ok(())
+}
+
+/// Sets `Py_TPFLAGS_HAVE_VECTORCALL` on a type. Free-threaded builds make `tp_flags` an
+/// atomic (other threads may read it while a type is being set up), so the bit is set
+/// with `fetch_or` there, as PyO3 does for its own types.
+///
+/// # Safety
+/// `tp` points at a live type object.
+#[inline]
+unsafe fn set_vectorcall_flag(tp: *mut ffi::PyTypeObject) {
+    #[cfg(not(Py_GIL_DISABLED))]
+    // SAFETY: the caller passes a live type object; module init is attached (GIL held).
+    unsafe {
+        (*tp).tp_flags |= ffi::Py_TPFLAGS_HAVE_VECTORCALL;
+    }
+    #[cfg(Py_GIL_DISABLED)]
+    // SAFETY: the caller passes a live type object. ORDERING: Relaxed: nothing else is
+    // published with the bit; `PyType_Modified`, called next, invalidates type caches.
+    unsafe {
+        (*tp).tp_flags.fetch_or(
+            ffi::Py_TPFLAGS_HAVE_VECTORCALL,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
 }
