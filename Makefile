@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 LOOM_TESTS := $(patsubst tests/%.rs,%,$(wildcard tests/loom_*.rs))
 
 .PHONY: bench test develop test-rust test-loom test-python lint stress clean \
-	sanitize sanitize-miri sanitize-tsan
+	sanitize sanitize-miri sanitize-tsan test-cpython
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -46,13 +46,19 @@ endif
 test-python:
 	$(PY) -m pytest
 
+# The pytest suite on CPython 3.14 and free-threaded 3.14t, built from source once per
+# machine and cached (scripts/cpython.sh); on 3.14t also the GIL check and the stress tests
+# with 4 and 8 threads. CI runs it after `make test`.
+test-cpython:
+	scripts/test-cpython.sh
+
 # Long randomized runs on demand: `make stress STRESS_SECONDS=600`.
 STRESS_SECONDS ?= 120
 stress: develop
 	CTXLOCK_STRESS_SECONDS=$(STRESS_SECONDS) $(PY) -m pytest -m stress --timeout=0
 
 clean:
-	rm -rf $(VENV) target
+	rm -rf $(VENV) .venv-3.14 .venv-3.14t target
 
 # Sanitizers: the core's unit and integration tests under Miri and ThreadSanitizer.
 # Both need a nightly toolchain with rust-src; a missing piece skips its step with a

@@ -41,10 +41,11 @@ def start(fn: Callable[[], object], name: str = "actor") -> threading.Thread:
     return thread
 
 
-def join_all(*threads: threading.Thread) -> None:
+def join_all(*threads: threading.Thread, within: float = PATIENCE * 2) -> None:
+    end = time.monotonic() + within
     for thread in threads:
-        thread.join(PATIENCE * 2)
-        assert not thread.is_alive(), f"{thread.name} did not finish"
+        thread.join(max(0.0, end - time.monotonic()))
+        assert not thread.is_alive(), f"{thread.name} did not finish within {within} s"
 
 
 class Errors:
@@ -702,7 +703,8 @@ def test_cancel_and_unlock_races_leave_the_lock_consistent(errors: Errors) -> No
 
     cancellers = [start(errors.run(canceller)) for _ in range(2)]
     workers = [start(errors.run(lambda s=s: worker(s))) for s in range(4)]
-    join_all(*workers)
+    # The workers run until `end` (the stress duration), then finish their last round.
+    join_all(*workers, within=max(0.0, end - time.monotonic()) + PATIENCE * 2)
     for _ in cancellers:
         to_cancel.put(None)
     join_all(*cancellers)

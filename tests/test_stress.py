@@ -1,13 +1,13 @@
 """Randomized stress: threads and tasks on two event loops hammer one lock at once.
 
-Each run uses 8 threads and 2 event loops (each in its own thread) with 4 tasks each. They
-acquire in random ways (every acquire form, random deadlines, tokens that other threads
-and tasks cancel, ``task.cancel()``, ``asyncio.timeout()``, ``unlock_on_cancel``) and
-check, inside every hold, that the lock is held as the holders' own bookkeeping says:
-never two exclusive holders, never shared holders together with an exclusive one. The
-bookkeeping is a pair of counters under a plain ``threading.Lock`` used for nothing else,
-updated inside the critical section. At the end the lock must be free and its wait
-queue empty.
+Each run uses 8 threads (``CTXLOCK_STRESS_THREADS``) and 2 event loops (each in its own
+thread) with 4 tasks each. They acquire in random ways (every acquire form, random
+deadlines, tokens that other threads and tasks cancel, ``task.cancel()``,
+``asyncio.timeout()``, ``unlock_on_cancel``) and check, inside every hold, that the lock
+is held as the holders' own bookkeeping says: never two exclusive holders, never shared
+holders together with an exclusive one. The bookkeeping is a pair of counters under a
+plain ``threading.Lock`` used for nothing else, updated inside the critical section. At
+the end the lock must be free and its wait queue empty.
 
 Short by default (``CTXLOCK_STRESS_SECONDS``, 2 s per test) so it runs in CI;
 ``make stress STRESS_SECONDS=600`` runs it long.
@@ -39,7 +39,9 @@ from ctxlock import (
 )
 
 DURATION = float(os.environ.get("CTXLOCK_STRESS_SECONDS", "2"))
-THREADS = 8
+# Threads per run: 8 unless CTXLOCK_STRESS_THREADS says otherwise (CI runs 4 and 8 on the
+# free-threaded interpreter, where they really run in parallel).
+THREADS = int(os.environ.get("CTXLOCK_STRESS_THREADS", "8"))
 LOOPS = 2
 TASKS_PER_LOOP = 4
 # How long the workers get to finish after the run ends before the test calls it a hang.
