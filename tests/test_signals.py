@@ -63,6 +63,15 @@ def send_later(spawn, signum: int, delay: float = SEND_AFTER):
     assert main_ident is not None
 
     def send() -> float:
+        # Count the delay from when the main thread runs this file's code again (it is
+        # back from starting this thread): on a loaded machine, or without a GIL, starting
+        # a thread can take longer than the delay, and the signal must not land there.
+        end = time.monotonic() + 10.0
+        while time.monotonic() < end:
+            frame = sys._current_frames().get(main_ident)
+            if frame is not None and frame.f_code.co_filename == __file__:
+                break
+            time.sleep(0.001)
         time.sleep(delay)
         sent = time.monotonic()
         signal.pthread_kill(main_ident, signum)
