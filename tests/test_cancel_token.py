@@ -318,7 +318,7 @@ def test_on_cancel_runs_on_parent_cancel():
     assert calls == ["p"]
 
 
-def test_on_cancel_runs_in_timer_thread_on_deadline(wait_until):
+def test_on_cancel_runs_in_a_callback_thread_on_deadline(wait_until):
     token = CancelToken(deadline=0.05)
     idents: list[int] = []
     token.on_cancel(lambda: idents.append(threading.get_ident()))
@@ -330,7 +330,8 @@ def test_on_cancel_runs_in_timer_thread_on_deadline(wait_until):
 
 def test_deadline_runs_on_cancel_once_while_threads_wait(spawn, wait_until):
     # The timer and the waiting threads race to notice the deadline; whichever wins, each
-    # callback runs exactly once, and in ctxlock's timer thread or one of the waiters.
+    # callback runs exactly once, and in one of ctxlock's callback threads, never in a
+    # waiter (which must not wait for it).
     waiter_idents: set[int] = set()
     callback_idents: list[int] = []
 
@@ -347,11 +348,10 @@ def test_deadline_runs_on_cancel_once_while_threads_wait(spawn, wait_until):
     assert wait_until(lambda: len(callback_idents) == 20, timeout=5)
     time.sleep(0.05)
     assert len(callback_idents) == 20
-    timer_threads = {t.ident for t in threading.enumerate()}
+    python_threads = {t.ident for t in threading.enumerate()}
     for ident in callback_idents:
-        # Rust's timer thread is not a Python thread: it is neither a waiter nor known
-        # to `threading`, so an ident outside both can only be it.
-        assert ident in waiter_idents or ident not in timer_threads
+        # ctxlock's callback threads are Rust threads, unknown to `threading`.
+        assert ident not in waiter_idents and ident not in python_threads
 
 
 def test_on_cancel_exception_goes_to_unraisablehook(monkeypatch):
@@ -554,7 +554,7 @@ def test_a_blocked_deadline_callback_does_not_delay_another_tokens_callback(bloc
 def test_blocked_deadline_callbacks_do_not_delay_each_other(blocked_callback):
     started = [threading.Event() for _ in range(3)]
     tokens = [CancelToken(deadline=0.05) for _ in started]
-    for token, event in zip(tokens, started):
+    for token, event in zip(tokens, started, strict=True):
         token.on_cancel(lambda event=event: (event.set(), blocked_callback.wait(20)))
     for event in started:
         assert event.wait(10), "a deadline callback waited for another, blocked one"
@@ -575,9 +575,7 @@ def test_a_blocked_deadline_callback_does_not_delay_wait_async(blocked_callback)
     assert not blocked_callback.is_set()
 
 
-def test_a_blocked_deadline_callback_does_not_delay_unlock_on_cancel(
-    blocked_callback, wait_until
-):
+def test_a_blocked_deadline_callback_does_not_delay_unlock_on_cancel(blocked_callback, wait_until):
     lock = Lock()
     unlock = lock.acquire()
     unlock.unlock_on_cancel(CancelToken(deadline=0.1))
