@@ -77,7 +77,8 @@ fn test_a_deep_chain_is_freed_from_either_end() {
 }
 
 /// A token, referenced by nothing, whose deadline's user callback blocks until the
-/// returned sender is dropped (at most [`PATIENCE`]); returns once the callback runs.
+/// returned sender is dropped (at most twice [`PATIENCE`], longer than any wait of the
+/// test: a wait for something it delays fails); returns once the callback runs.
 fn blocked_callback() -> mpsc::Sender<()> {
     let (release, released) = mpsc::channel::<()>();
     let (started_tx, started) = mpsc::channel();
@@ -88,7 +89,7 @@ fn blocked_callback() -> mpsc::Sender<()> {
     token
         .on_cancel_user(move |_| {
             started_tx.send(()).unwrap();
-            let _ = released.recv_timeout(PATIENCE);
+            let _ = released.recv_timeout(2 * PATIENCE);
         })
         .expect("registered after the deadline");
     started
@@ -110,12 +111,14 @@ fn test_a_blocked_user_callback_delays_no_other_deadline() {
             )))
         })
         .collect();
+    let mut keeps = Vec::new();
     for (i, t) in tokens.iter().enumerate() {
         let tx = tx.clone();
         let internal = tx.clone();
         t.on_cancel(move |_| internal.send(("internal", i)).unwrap());
-        // Each user callback blocks too: none may wait for another.
-        let (_keep, blocked) = mpsc::channel::<()>();
+        // Each user callback blocks too (until the test ends): none may wait for another.
+        let (keep, blocked) = mpsc::channel::<()>();
+        keeps.push(keep);
         t.on_cancel_user(move |_| {
             tx.send(("user", i)).unwrap();
             let _ = blocked.recv_timeout(PATIENCE);
@@ -134,7 +137,7 @@ fn test_a_blocked_user_callback_delays_no_other_deadline() {
         .collect();
     assert_eq!(got, want);
     assert!(tokens.iter().all(CancelToken::is_cancelled));
-    drop(release);
+    drop((release, keeps));
 }
 
 #[test]
