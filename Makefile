@@ -83,11 +83,18 @@ MIRI_SKIP := test_mutual_exclusion_under_threads test_grant_cancel_race_never_do
 	test_a_competing_waiter_is_handed_the_slot_once_it_waited_long_enough
 # Run with seed 0 only: 300 grant/timeout races take about 30 s under Miri.
 MIRI_ONE_SEED := test_timeout_grant_race_never_leaks_the_slot
-# Tests that start the timer thread (a token with a deadline; go_port's all do): it lives
-# as long as the process, so Miri runs them without its leak check. Add new ones here.
+# Tests that start the timer thread (a token with a deadline; go_port's all do) or callback
+# runner threads (a deadline's user callbacks): they outlive the test, so Miri runs them
+# without its leak check. Add new ones here.
 MIRI_TIMER := core::cancel::tests::deadlines_cancel_through_the_timer \
 	core::cancel::tests::expire_if_due_walks_up test_token_deadline_cancels_with_its_reason \
-	test_lock test_sharable_lock test_unlock
+	test_lock test_sharable_lock test_unlock \
+	core::runner::tests::a_blocked_job_never_delays_the_next \
+	test_a_deep_chain_is_cancelled_by_a_call test_a_deep_chain_is_cancelled_by_its_deadline \
+	test_a_deep_chain_is_freed_from_either_end test_tokens_with_nothing_registered_are_freed \
+	test_a_blocked_user_callback_delays_no_other_deadline \
+	test_a_blocked_user_callback_delays_no_flag_waiter_or_release \
+	test_callbacks_of_unreferenced_tokens_still_run
 MIRI_ENV := -Zmiri-env-set=PROPTEST_CASES=1 -Zmiri-env-set=PROPTEST_DISABLE_FAILURE_PERSISTENCE=1
 
 # Both sanitizers; see the two targets below.
@@ -103,7 +110,7 @@ sanitize-miri:
 		MIRIFLAGS="-Zmiri-many-seeds=$(MIRI_SEEDS) $(MIRI_ENV)" $(NIGHTLY) miri test --tests -- \
 			--exact $(foreach t,$(MIRI_SKIP) $(MIRI_ONE_SEED) $(MIRI_TIMER),--skip $(t)); \
 		MIRIFLAGS="-Zmiri-many-seeds=$(MIRI_SEEDS) -Zmiri-ignore-leaks" \
-			$(NIGHTLY) miri test --lib --test lock --test go_port -- --exact $(MIRI_TIMER); \
+			$(NIGHTLY) miri test --lib --test lock --test go_port --test tokens -- --exact $(MIRI_TIMER); \
 		MIRIFLAGS="$(MIRI_ENV)" $(NIGHTLY) miri test --test lock -- --exact $(MIRI_ONE_SEED); \
 	fi
 

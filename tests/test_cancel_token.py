@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import math
 import random
+import subprocess
 import sys
 import threading
 import time
 
 import pytest
-from ctxlock import CancelToken, LockTimeout
+from ctxlock import CancelToken, Lock, LockTimeout
 
 EPS = 0.005
 PROMPT = 2.0
@@ -316,7 +318,7 @@ def test_on_cancel_runs_on_parent_cancel():
     assert calls == ["p"]
 
 
-def test_on_cancel_runs_in_timer_thread_on_deadline(wait_until):
+def test_on_cancel_runs_in_a_callback_thread_on_deadline(wait_until):
     token = CancelToken(deadline=0.05)
     idents: list[int] = []
     token.on_cancel(lambda: idents.append(threading.get_ident()))
@@ -328,7 +330,8 @@ def test_on_cancel_runs_in_timer_thread_on_deadline(wait_until):
 
 def test_deadline_runs_on_cancel_once_while_threads_wait(spawn, wait_until):
     # The timer and the waiting threads race to notice the deadline; whichever wins, each
-    # callback runs exactly once, and in ctxlock's timer thread or one of the waiters.
+    # callback runs exactly once, and in one of ctxlock's callback threads, never in a
+    # waiter (which must not wait for it).
     waiter_idents: set[int] = set()
     callback_idents: list[int] = []
 
@@ -345,11 +348,10 @@ def test_deadline_runs_on_cancel_once_while_threads_wait(spawn, wait_until):
     assert wait_until(lambda: len(callback_idents) == 20, timeout=5)
     time.sleep(0.05)
     assert len(callback_idents) == 20
-    timer_threads = {t.ident for t in threading.enumerate()}
+    python_threads = {t.ident for t in threading.enumerate()}
     for ident in callback_idents:
-        # Rust's timer thread is not a Python thread: it is neither a waiter nor known
-        # to `threading`, so an ident outside both can only be it.
-        assert ident in waiter_idents or ident not in timer_threads
+        # ctxlock's callback threads are Rust threads, unknown to `threading`.
+        assert ident not in waiter_idents and ident not in python_threads
 
 
 def test_on_cancel_exception_goes_to_unraisablehook(monkeypatch):
@@ -467,3 +469,156 @@ def test_deadline_is_keyword_only():
 def test_integer_deadline_accepted():
     token = CancelToken(deadline=3)
     assert token.deadline == pytest.approx(time.monotonic() + 3, abs=0.5)
+
+
+# --- deep token trees: cancel and drop at any depth -------------------------------------------
+# Each snippet runs in a subprocess: a recursion too deep for a thread's stack would crash
+# the interpreter (SIGSEGV), so the test checks the exit status and stderr.
+
+_CHAIN = """
+import sys
+from ctxlock import CancelToken
+n = int(sys.argv[1])
+root = CancelToken({root})
+scope = root
+for _ in range(n):
+    scope = scope.child(deadline=30)  # the loop that builds such a chain
+"""
+
+_DEEP_SNIPPETS = {
+    # The timer thread cancels the whole chain at the root's deadline.
+    "deadline": """
+assert scope.wait(timeout=60), "the chain's last token was never cancelled"
+assert type(scope.reason).__name__ == "LockTimeout", scope.reason
+print("ok")
+""",
+    # The main thread cancels it.
+    "cancel": """
+root.cancel("stop")
+assert scope.cancelled and scope.reason == "stop"
+print("ok")
+""",
+    # The chain is freed: explicitly, then (for the exit case) by the interpreter at exit.
+    "drop": """
+del root, scope
+print("ok")
+""",
+    "exit": """
+print("ok")
+""",
+}
+
+
+def _run_snippet(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize("levels", [10_000, 100_000, 1_000_000])
+@pytest.mark.parametrize("how", sorted(_DEEP_SNIPPETS))
+def test_deep_chains_cancel_and_drop_without_crashing(how, levels):
+    # The deadline is far enough for building the chain, near enough for a short test;
+    # if building takes longer, the later children are born cancelled, which is fine.
+    root = "deadline=1.0" if how == "deadline" else ""
+    proc = _run_snippet(_CHAIN.format(root=root) + _DEEP_SNIPPETS[how], str(levels))
+    assert (proc.returncode, proc.stdout.strip(), proc.stderr) == (0, "ok", "")
+
+
+# --- deadline callbacks never wait for one another --------------------------------------------
+
+
+@pytest.fixture
+def blocked_callback():
+    """A token whose deadline callback blocks until the test ends (at most 20 s)."""
+    started = threading.Event()
+    release = threading.Event()
+    token = CancelToken(deadline=0.01)
+    token.on_cancel(lambda: (started.set(), release.wait(20)))
+    assert started.wait(PROMPT * 5), "the blocking callback never started"
+    yield release
+    release.set()
+
+
+def test_a_blocked_deadline_callback_does_not_delay_another_tokens_callback(blocked_callback):
+    ran = threading.Event()
+    token = CancelToken(deadline=0.2)
+    token.on_cancel(ran.set)
+    assert ran.wait(10), "the 0.2 s deadline's callback waited for the blocked one"
+    assert not blocked_callback.is_set()
+
+
+def test_blocked_deadline_callbacks_do_not_delay_each_other(blocked_callback):
+    started = [threading.Event() for _ in range(3)]
+    tokens = [CancelToken(deadline=0.05) for _ in started]
+    for token, event in zip(tokens, started, strict=True):
+        token.on_cancel(lambda event=event: (event.set(), blocked_callback.wait(20)))
+    for event in started:
+        assert event.wait(10), "a deadline callback waited for another, blocked one"
+
+
+def test_a_blocked_deadline_callback_does_not_delay_cancelled(blocked_callback, wait_until):
+    # Nobody waits on the token: only the timer can notice its deadline.
+    token = CancelToken(deadline=0.1)
+    assert wait_until(lambda: token.cancelled, timeout=10)
+    assert isinstance(token.reason, LockTimeout)
+    assert not blocked_callback.is_set()
+
+
+def test_a_blocked_deadline_callback_does_not_delay_wait_async(blocked_callback):
+    token = CancelToken(deadline=0.1)
+    asyncio.run(asyncio.wait_for(token.wait_async(), 10))
+    assert token.cancelled
+    assert not blocked_callback.is_set()
+
+
+def test_a_blocked_deadline_callback_does_not_delay_unlock_on_cancel(blocked_callback, wait_until):
+    lock = Lock()
+    unlock = lock.acquire()
+    unlock.unlock_on_cancel(CancelToken(deadline=0.1))
+    assert wait_until(lambda: unlock.released, timeout=10)
+    assert not lock.locked()
+    assert not blocked_callback.is_set()
+
+
+def test_explicit_cancel_runs_callbacks_in_the_cancelling_thread_children_too():
+    parent = CancelToken()
+    child = parent.child()
+    idents: list[int] = []
+    parent.on_cancel(lambda: idents.append(threading.get_ident()))
+    child.on_cancel(lambda: idents.append(threading.get_ident()))
+    parent.cancel()
+    assert idents == [threading.get_ident()] * 2
+
+
+# --- on_cancel runs even when nothing else references its token -------------------------------
+
+
+def test_on_cancel_of_an_unreferenced_child_runs_on_parent_cancel():
+    parent = CancelToken()
+    calls: list[str] = []
+    parent.child().on_cancel(lambda: calls.append("child"))
+    parent.child().child(deadline=3600).on_cancel(lambda: calls.append("grandchild"))
+    gc.collect()
+    parent.cancel("stop")
+    assert sorted(calls) == ["child", "grandchild"]
+
+
+def test_on_cancel_of_an_unreferenced_token_runs_at_its_deadline(wait_until):
+    ran = threading.Event()
+    CancelToken(deadline=0.05).on_cancel(ran.set)
+    gc.collect()
+    assert ran.wait(10), "the token was freed with its callback"
+
+
+def test_unregistering_the_callback_of_an_unreferenced_child_frees_it():
+    parent = CancelToken()
+    calls: list[str] = []
+    stop = parent.child().on_cancel(lambda: calls.append("child"))
+    gc.collect()
+    assert stop() is True
+    parent.cancel()
+    assert calls == []

@@ -2,10 +2,17 @@
 //! (Go's `context` with `WithCancelCause`, `WithDeadline` and `AfterFunc`).
 //!
 //! A token is cancelled at most once; the first reason wins. Everything that must happen
-//! on cancellation is a callback registered on the node: a blocked thread's `unpark`, an
-//! asyncio waiter's doorbell, a child token's own `cancel`, a user's `on_cancel`. So a
-//! cancel wakes exactly the waiters of that token and its descendants, and nothing
-//! polls. Callbacks are taken out under the node's mutex and run after it is dropped.
+//! on cancellation is a callback registered on the node (a blocked thread's `unpark`, an
+//! asyncio waiter's doorbell, a user's `on_cancel`) or a child in the node's `children`.
+//! So a cancel wakes exactly the waiters of that token and its descendants, and nothing
+//! polls. Callbacks and children are taken out under the node's mutex and dealt with
+//! after it is dropped; a cancel walks the tree with a worklist, and dropping a chain
+//! frees it in a loop, so no depth of tree is too deep for a thread's stack.
+//!
+//! Callbacks come in two kinds ([`Runs`]): internal ones are short and run at once in
+//! the thread that cancels; a user's may block, so when a deadline cancels they are
+//! handed to the runner threads (`runner.rs`) and never delay the timer, the token's own
+//! state or each other. An explicit `cancel()` runs them in the caller's thread.
 //!
 //! A child registers itself on its parent and unregisters when it is dropped, so a
 //! long-lived parent does not collect dead children (tokio's `num_handles` problem).
@@ -21,12 +28,32 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Instant;
 
-use super::timer;
+use super::{runner, timer};
 
 /// Why a token was cancelled: any value; the binding stores a Python object here.
 pub type Reason = Arc<dyn Any + Send + Sync>;
 
 type Callback = Box<dyn FnOnce(&Reason) + Send>;
+
+/// Where a callback runs when its token is cancelled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runs {
+    /// Internal and short (unpark a thread, ring a doorbell, release a lock): at once, in
+    /// the thread that cancels, whatever cancels.
+    Now,
+    /// A user's function, which may block: in the thread that calls `cancel`, but for a
+    /// deadline on a runner thread of its own, so that the timer and other callbacks
+    /// never wait for it.
+    Elsewhere,
+}
+
+/// What cancels a token: an explicit call, or a deadline (the timer, or a thread waiting
+/// on the token that saw it pass first).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum By {
+    Call,
+    Deadline,
+}
 
 /// A cancellation signal shared by any number of acquires. Cloning shares the token.
 #[derive(Clone)]
@@ -40,7 +67,7 @@ pub(crate) struct Node {
     deadline: Option<Instant>,
     /// This node's own deadline and the reason it cancels with when it passes.
     own_deadline: Option<(Instant, Reason)>,
-    /// The parent and this node's registration on it.
+    /// The parent and this node's key in its `children`.
     parent: Option<(Arc<Node>, u64)>,
     /// This node's entry in the timer, removed on drop. Set once, right after the node
     /// exists (the timer may fire at once, and must then find the node alive).
@@ -50,13 +77,31 @@ pub(crate) struct Node {
 #[derive(Default)]
 struct Inner {
     reason: Option<Reason>,
-    callbacks: BTreeMap<u64, Callback>,
+    callbacks: BTreeMap<u64, (Runs, Callback)>,
+    /// Weak: a child lives as long as its handles (or its `pin`) do.
+    children: BTreeMap<u64, Weak<Node>>,
+    /// The node itself, while it has callbacks and something other than a handle can
+    /// still cancel it (a parent or an own deadline). Invariant: `Some` only while
+    /// `callbacks` is not empty, `reason` is `None` and the node has a parent or an own
+    /// deadline. It keeps the node, and so its callbacks, alive when nobody else holds
+    /// it: Go's `AfterFunc` runs whether or not the program keeps the context. A root
+    /// without a deadline is not pinned: once its handles are gone nothing can cancel
+    /// it, so its callbacks are freed with it.
+    pin: Option<Arc<Node>>,
     next_id: u64,
 }
 
-/// A callback registered with [`CancelToken::on_cancel`]. It keeps the token alive until
-/// it is unregistered or has run, so `unlock_on_cancel(CancelToken(deadline=...))` fires
-/// even when nobody else holds the token (as a Go context is kept by its `AfterFunc`).
+/// What a cancel takes out of one node, to deal with after its mutex.
+struct Taken {
+    callbacks: BTreeMap<u64, (Runs, Callback)>,
+    children: BTreeMap<u64, Weak<Node>>,
+    pin: Option<Arc<Node>>,
+}
+
+/// A callback registered with [`CancelToken::on_cancel`] or
+/// [`CancelToken::on_cancel_user`]. Dropping it leaves the callback registered: the
+/// node's `pin` keeps it until it runs, so `unlock_on_cancel(CancelToken(deadline=...))`
+/// fires even when nobody else holds the token.
 pub struct Registration {
     node: Arc<Node>,
     id: u64,
@@ -65,8 +110,18 @@ pub struct Registration {
 impl Registration {
     /// Unregister; true if this stopped the callback from running.
     pub fn unregister(self) -> bool {
-        let removed = self.node.lock().callbacks.remove(&self.id);
-        // The callback (maybe a Python object) is dropped here, after the mutex.
+        let (removed, pin) = {
+            let mut inner = self.node.lock();
+            let removed = inner.callbacks.remove(&self.id);
+            let pin = match inner.callbacks.is_empty() {
+                true => inner.pin.take(),
+                false => None,
+            };
+            (removed, pin)
+        };
+        // The callback (maybe a Python object) and the pin are dropped here, after the
+        // mutex (`self.node` keeps the node alive until then).
+        drop(pin);
         removed.is_some()
     }
 }
@@ -90,14 +145,16 @@ impl CancelToken {
     }
 
     /// Cancel this token and its descendants. True if this call did it (the first wins).
+    /// Every callback runs in this thread before it returns, [`Runs::Elsewhere`] ones
+    /// after all the [`Runs::Now`] ones.
     pub fn cancel(&self, reason: Reason) -> bool {
-        self.0.cancel(reason)
+        self.0.cancel(reason, By::Call)
     }
 
     /// Whether the token has been cancelled. One atomic load.
     #[inline]
     pub fn is_cancelled(&self) -> bool {
-        // ORDERING: Acquire pairs with the Release store in `Node::cancel`, so a caller
+        // ORDERING: Acquire pairs with the Release store in `Node::take`, so a caller
         // that sees `true` also sees the reason.
         self.0.cancelled.load(Ordering::Acquire)
     }
@@ -119,7 +176,7 @@ impl CancelToken {
         while let Some(n) = node {
             if let Some((at, reason)) = &n.own_deadline {
                 if *at <= now {
-                    n.cancel(reason.clone());
+                    n.cancel(reason.clone(), By::Deadline);
                 }
             }
             node = n.parent.as_ref().map(|(p, _)| p);
@@ -128,18 +185,16 @@ impl CancelToken {
     }
 
     /// Run `f(reason)` once on cancellation: now, in this thread, if the token is already
-    /// cancelled (then `None` is returned), else in the thread that cancels.
+    /// cancelled (then `None` is returned), else in the thread that cancels. `f` must be
+    /// short and must not block ([`Runs::Now`]): it may run in the timer thread.
     pub fn on_cancel(&self, f: impl FnOnce(&Reason) + Send + 'static) -> Option<Registration> {
-        match self.0.register(Box::new(f)) {
-            Ok(id) => Some(Registration {
-                node: self.0.clone(),
-                id,
-            }),
-            Err((reason, f)) => {
-                f(&reason);
-                None
-            }
-        }
+        self.0.register(Runs::Now, Box::new(f))
+    }
+
+    /// Like [`on_cancel`](Self::on_cancel), for a function that may block
+    /// ([`Runs::Elsewhere`]): a deadline runs it on a runner thread of its own.
+    pub fn on_cancel_user(&self, f: impl FnOnce(&Reason) + Send + 'static) -> Option<Registration> {
+        self.0.register(Runs::Elsewhere, Box::new(f))
     }
 
     /// Whether two handles share one token.
@@ -147,9 +202,11 @@ impl CancelToken {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
-    /// How many callbacks (waiters, children, `on_cancel`s) are registered (for tests).
+    /// How many callbacks (waiters, `on_cancel`s) and live children are registered (for
+    /// tests).
     pub fn registrations(&self) -> usize {
-        self.0.lock().callbacks.len()
+        let inner = self.0.lock();
+        inner.callbacks.len() + inner.children.len()
     }
 }
 
@@ -162,19 +219,15 @@ impl Node {
         let mut inherited = None;
         let node = Arc::new_cyclic(|me: &Weak<Node>| {
             let parent = parent.and_then(|p| {
-                let me = me.clone();
-                let cancel_child: Callback = Box::new(move |reason: &Reason| {
-                    if let Some(child) = me.upgrade() {
-                        child.cancel(reason.clone());
-                    }
-                });
-                match p.register(cancel_child) {
-                    Ok(id) => Some((p.clone(), id)),
-                    Err((reason, _)) => {
-                        inherited = Some(reason);
-                        None
-                    }
+                let mut inner = p.lock();
+                if let Some(reason) = &inner.reason {
+                    inherited = Some(reason.clone());
+                    return None;
                 }
+                let id = inner.next_id;
+                inner.next_id += 1;
+                inner.children.insert(id, me.clone());
+                Some((p.clone(), id))
             });
             Node {
                 cancelled: AtomicBool::new(false),
@@ -186,15 +239,15 @@ impl Node {
             }
         });
         if let Some(reason) = inherited {
-            node.cancel(reason);
+            node.cancel(reason, By::Call);
         }
-        // A parent cancelled while `new_cyclic` ran has already run our `cancel_child`,
-        // whose `upgrade` failed (the node did not exist yet). Catch up under the parent's
+        // A parent cancelled while `new_cyclic` ran has already taken our entry, whose
+        // `upgrade` failed (the node did not exist yet). Catch up under the parent's
         // mutex, which orders this check with that cancel; cancelling twice is a no-op.
         if let Some((p, _)) = &node.parent {
             let reason = p.lock().reason.clone();
             if let Some(reason) = reason {
-                node.cancel(reason);
+                node.cancel(reason, By::Call);
             }
         }
         if let Some((at, _)) = &node.own_deadline {
@@ -216,55 +269,109 @@ impl Node {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Register `f`, or hand it back with the reason if already cancelled.
-    #[allow(clippy::type_complexity)]
-    fn register(&self, f: Callback) -> Result<u64, (Reason, Callback)> {
+    /// Register `f`, or run it now, in this thread, if already cancelled.
+    fn register(self: &Arc<Self>, runs: Runs, f: Callback) -> Option<Registration> {
         let mut inner = self.lock();
         if let Some(reason) = &inner.reason {
-            return Err((reason.clone(), f));
+            let reason = reason.clone();
+            drop(inner);
+            f(&reason);
+            return None;
         }
         let id = inner.next_id;
         inner.next_id += 1;
-        inner.callbacks.insert(id, f);
-        Ok(id)
+        inner.callbacks.insert(id, (runs, f));
+        if inner.pin.is_none() && (self.parent.is_some() || self.own_deadline.is_some()) {
+            inner.pin = Some(self.clone());
+        }
+        drop(inner);
+        Some(Registration {
+            node: self.clone(),
+            id,
+        })
     }
 
     /// Cancel with this node's own deadline reason (the timer's call).
     pub(crate) fn expire_own(&self) {
         if let Some((_, reason)) = &self.own_deadline {
-            self.cancel(reason.clone());
+            self.cancel(reason.clone(), By::Deadline);
         }
     }
 
-    pub(crate) fn cancel(&self, reason: Reason) -> bool {
-        let callbacks = {
-            let mut inner = self.lock();
-            if inner.reason.is_some() {
-                return false;
-            }
-            inner.reason = Some(reason.clone());
-            // ORDERING: Release pairs with the Acquire load in `is_cancelled`; the reason
-            // was written before, under the mutex.
-            self.cancelled.store(true, Ordering::Release);
-            std::mem::take(&mut inner.callbacks)
-        };
-        // Run outside the mutex: a callback may cancel children, release locks, wake
-        // threads, or call back into this token.
-        for f in callbacks.into_values() {
-            f(&reason);
+    /// Mark this node cancelled and take out what the cancel must deal with; `None` if it
+    /// was already cancelled.
+    fn take(&self, reason: &Reason) -> Option<Taken> {
+        let mut inner = self.lock();
+        if inner.reason.is_some() {
+            return None;
         }
+        inner.reason = Some(reason.clone());
+        // ORDERING: Release pairs with the Acquire load in `is_cancelled`; the reason
+        // was written before, under the mutex.
+        self.cancelled.store(true, Ordering::Release);
+        Some(Taken {
+            callbacks: std::mem::take(&mut inner.callbacks),
+            children: std::mem::take(&mut inner.children),
+            pin: inner.pin.take(),
+        })
+    }
+
+    /// Cancel this node and its descendants, walking the tree with a worklist (no
+    /// recursion, whatever its depth). Everything runs outside the nodes' mutexes: a
+    /// callback may release locks, wake threads, or call back into the token.
+    fn cancel(&self, reason: Reason, by: By) -> bool {
+        let Some(first) = self.take(&reason) else {
+            return false;
+        };
+        let mut user = Vec::new();
+        let mut pins = Vec::new();
+        let mut pending: Vec<Weak<Node>> = Vec::new();
+        let mut next = Some(first);
+        loop {
+            if let Some(taken) = next {
+                for (runs, f) in taken.callbacks.into_values() {
+                    match runs {
+                        Runs::Now => f(&reason),
+                        Runs::Elsewhere => user.push(f),
+                    }
+                }
+                pending.extend(taken.children.into_values());
+                pins.extend(taken.pin);
+            }
+            let Some(child) = pending.pop() else {
+                break;
+            };
+            // A child being dropped fails to upgrade: nobody can wait on it any more.
+            next = child.upgrade().and_then(|c| c.take(&reason));
+        }
+        match by {
+            By::Call => user.into_iter().for_each(|f| f(&reason)),
+            By::Deadline => {
+                for f in user {
+                    let reason = reason.clone();
+                    runner::run_elsewhere(Box::new(move || f(&reason)));
+                }
+            }
+        }
+        // Last, as a pin may be the last reference to its node (freed here, in a loop).
+        drop(pins);
         true
     }
 }
 
 impl Drop for Node {
     fn drop(&mut self) {
-        if let Some((parent, id)) = self.parent.take() {
-            let removed = parent.lock().callbacks.remove(&id);
-            drop(removed);
-        }
         if let Some(key) = self.timer_key.get() {
             timer::unschedule(*key);
+        }
+        // Unregister from the parent; free each ancestor that only this chain held here,
+        // with its parent taken first, so its own `drop` does not recurse: a chain of a
+        // million tokens is freed in a loop, not a million nested calls.
+        let mut parent = self.parent.take();
+        while let Some((node, id)) = parent {
+            let removed = node.lock().children.remove(&id);
+            drop(removed);
+            parent = Arc::into_inner(node).and_then(|mut n| n.parent.take());
         }
     }
 }

@@ -7,7 +7,8 @@
 //!   the fork (by a thread: blocked threads) are dropped from the queue the first time
 //!   the queue is settled in the child, so a release never hands the lock to a ghost;
 //! - the timer thread does not exist either: the child starts its own, with the
-//!   parent's pending deadlines.
+//!   parent's pending deadlines;
+//! - nor do the callback runner threads: jobs queued for them run on new ones.
 //!
 //! The embedding calls [`after_fork_in_child`] in the child (the Python layer registers
 //! it with `os.register_at_fork`). A lock whose queue mutex was held by another thread
@@ -30,4 +31,5 @@ pub fn after_fork_in_child() {
     // ORDERING: see `generation`.
     GENERATION.fetch_add(1, Ordering::Relaxed);
     super::timer::after_fork_in_child();
+    super::runner::after_fork_in_child();
 }

@@ -6,6 +6,7 @@ pub mod error;
 pub mod fork;
 pub mod lock;
 pub(crate) mod queue;
+pub(crate) mod runner;
 pub(crate) mod slot;
 pub(crate) mod state;
 pub(crate) mod sync;

@@ -153,11 +153,25 @@ impl<'a, E> ThreadWait<'a, E> {
                 let now = Instant::now();
                 if now >= d {
                     // The token's deadline may be the one that passed before its timer ran.
-                    let why = match self.wait.cancel {
-                        Some(t) if t.expire_if_due(now) => cancelled(t),
-                        _ => AcquireError::Timeout,
-                    };
-                    return slot.give_up(w, why).map(|()| Woken::Acquired);
+                    match self.wait.cancel {
+                        Some(t) if t.expire_if_due(now) => {
+                            return slot.give_up(w, cancelled(t)).map(|()| Woken::Acquired);
+                        }
+                        // Its deadline passed, but the cancel that another thread began
+                        // (the timer's, on an ancestor) has not reached it yet: that
+                        // cancel unparks us; until then only our own deadline counts.
+                        Some(t)
+                            if t.deadline().is_some_and(|td| td <= now)
+                                && self.wait.deadline.is_none_or(|own| own > now) =>
+                        {
+                            self.deadline = self.wait.deadline;
+                        }
+                        _ => {
+                            return slot
+                                .give_up(w, AcquireError::Timeout)
+                                .map(|()| Woken::Acquired);
+                        }
+                    }
                 }
             }
             if let Err(e) = park_step(&self.wait.interrupt, self.deadline) {
@@ -231,7 +245,7 @@ impl CancelToken {
         }
         let me = current();
         let registration = self.on_cancel(move |_| me.unpark());
-        let deadline = earliest(until, self.deadline());
+        let mut deadline = earliest(until, self.deadline());
         let result = loop {
             if self.is_cancelled() {
                 break Ok(true);
@@ -239,7 +253,15 @@ impl CancelToken {
             if let Some(d) = deadline {
                 let now = Instant::now();
                 if now >= d {
-                    break Ok(self.expire_if_due(now));
+                    if self.expire_if_due(now) {
+                        break Ok(true);
+                    }
+                    if until.is_some_and(|u| u <= now) {
+                        break Ok(false);
+                    }
+                    // Our deadline passed, but the cancel another thread began (the
+                    // timer's, on an ancestor) has not reached us yet; it unparks us.
+                    deadline = until;
                 }
             }
             if let Err(e) = park_step(&interrupt, deadline) {

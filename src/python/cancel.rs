@@ -45,10 +45,11 @@ fn monotonic(py: Python<'_>, at: Instant) -> PyResult<f64> {
     })
 }
 
-/// Run a Python callable from a cancellation, in whatever thread cancels.
+/// Run a Python callable from a cancellation: registered as a user callback, so it runs
+/// in the thread that calls `cancel()`, or for a deadline on a runner thread.
 pub(crate) fn call_soon_unraisable(f: Py<PyAny>) -> impl FnOnce(&Reason) + Send + 'static {
     move |_| {
-        // try_attach: the timer thread may fire while the interpreter is finalizing.
+        // try_attach: a deadline may fire while the interpreter is finalizing.
         Python::try_attach(|py| {
             if let Err(e) = f.call0(py) {
                 e.write_unraisable(py, Some(f.bind(py)));
@@ -120,7 +121,9 @@ impl PyCancelToken {
         if !r#fn.is_callable() {
             return Err(PyTypeError::new_err("on_cancel() needs a callable"));
         }
-        let registration = self.token.on_cancel(call_soon_unraisable(r#fn.unbind()));
+        let registration = self
+            .token
+            .on_cancel_user(call_soon_unraisable(r#fn.unbind()));
         Ok(OnCancel {
             registration: Mutex::new(registration),
         })
