@@ -43,13 +43,13 @@ impl PySharableLock {
         })
     }
 
-    /// The shared view: its holders form the reader group (Go's ``RLock``).
+    /// The shared view: its holders form the reader group (Go's ``SharedLock``).
     #[getter]
     fn shared(&self, py: Python<'_>) -> Py<PyLockView> {
         self.shared.clone_ref(py)
     }
 
-    /// The exclusive view: one holder, nobody else (Go's ``Lock``).
+    /// The exclusive view: one holder, nobody else (Go's ``ExclusiveLock``).
     #[getter]
     fn exclusive(&self, py: Python<'_>) -> Py<PyLockView> {
         self.exclusive.clone_ref(py)
