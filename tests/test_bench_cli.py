@@ -94,3 +94,64 @@ def test_version(tmp_path: Path) -> None:
     proc = run_cli("--version", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"ctxlock {ctxlock.__version__}"
+
+
+def test_bench_help_lists_every_row_with_its_target(capsys: pytest.CaptureFixture[str]) -> None:
+    from ctxlock import _bench, _cli
+
+    with pytest.raises(SystemExit) as exit_:
+        _cli.main(["bench", "--help"])
+    assert exit_.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [row.key for row in _bench.ROWS] == list(ROWS)
+    for row in _bench.ROWS:
+        (line,) = [line for line in lines if line.split()[:1] == [row.key]]
+        assert row.description in line
+        assert line.endswith(f"[target {row.op} {row.target:g}{row.ratio_unit}]")
+
+
+BAD_OPTIONS = [
+    ("bench", "--repeat", "0"),
+    ("bench", "--repeat", "-3"),
+    ("bench", "--repeat", "x"),
+    ("bench", "--repeat", "1.5"),
+    ("bench", "--rows", "no_such_row"),
+    ("bench", "--rows", ","),
+    ("bench", "--rows", ""),
+    ("bench", "--plot", "no/such/directory/ratios.png"),
+    ("bench", "--plot", ""),
+    ("demo", "--seconds", "0"),
+    ("demo", "--seconds", "-1"),
+    ("demo", "--seconds", "x"),
+    ("demo", "--seconds", "nan"),
+    ("demo", "--seconds", "inf"),
+    ("demo", "--attack", "sideways"),
+    ("demo", "--lock", "mutex"),
+]
+
+
+@pytest.mark.parametrize(("command", "option", "value"), BAD_OPTIONS, ids=repr)
+def test_bad_option_value_is_a_usage_error(
+    command: str,
+    option: str,
+    value: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ctxlock import _cli
+
+    monkeypatch.chdir(tmp_path)  # the relative --plot path must not exist
+    with pytest.raises(SystemExit) as exit_:
+        _cli.main([command, option, value])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"python -m ctxlock {command}: error: argument {option}:" in err
+    assert "Traceback" not in err
+
+
+def test_demo_seconds_zero_as_a_user_runs_it(tmp_path: Path) -> None:
+    proc = run_cli("demo", "--seconds", "0", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "argument --seconds" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -208,3 +208,81 @@ def test_none_values_are_the_defaults():
     u = lock.acquire(None, deadline=None, blocking=False)
     u()
     _assert_usable(lock)
+
+
+# --- blocking= takes a truth value, as threading.Lock.acquire does ----------------------------
+
+FALSY = [False, 0, 0.0, "", [], None]
+TRUTHY = [True, 1, 2, -1, 0.5, "no", [0], object()]
+
+
+def _targets():
+    rw = ctxlock.SharableLock()
+    return {"Lock": (Lock(), None), "shared": (rw.shared, rw), "exclusive": (rw.exclusive, rw)}
+
+
+@pytest.mark.parametrize("target", ["Lock", "shared", "exclusive"])
+@pytest.mark.parametrize("blocking", FALSY + TRUTHY, ids=repr)
+def test_blocking_takes_any_truth_value_on_a_free_lock(target, blocking):
+    lock, _ = _targets()[target]
+    u = lock.acquire(blocking=blocking)
+    assert lock.locked()
+    u()
+    assert not lock.locked()
+
+
+@pytest.mark.parametrize("target", ["Lock", "shared", "exclusive"])
+@pytest.mark.parametrize("blocking", FALSY + TRUTHY, ids=repr)
+def test_blocking_truth_value_decides_whether_a_taken_lock_is_waited_for(target, blocking, spawn):
+    lock, rw = _targets()[target]
+    holder = spawn((rw.exclusive if rw is not None else lock).acquire).result()
+    try:
+        if blocking:
+            with pytest.raises(LockTimeout):  # it waited, until the deadline
+                lock.acquire(blocking=blocking, deadline=0.02)
+        else:
+            with pytest.raises(WouldBlock):
+                lock.acquire(blocking=blocking)
+            with pytest.raises(WouldBlock):
+                lock.acquire(None, blocking=blocking)
+    finally:
+        holder()
+
+
+def test_blocking_whose_truth_value_fails_raises_that_error():
+    class NoTruth:
+        def __bool__(self) -> bool:
+            raise ZeroDivisionError("no truth value")
+
+    lock = Lock()
+    with pytest.raises(ZeroDivisionError, match="no truth value"):
+        lock.acquire(blocking=NoTruth())
+    _assert_usable(lock)
+
+
+# --- timeout= is threading's name: the error points at deadline= -------------------------------
+
+
+@pytest.mark.parametrize("target", ["Lock", "shared", "exclusive"])
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [((), {"timeout": 1}), ((None,), {"timeout": 1}), ((), {"deadline": 1, "timeout": 0})],
+    ids=repr,
+)
+def test_timeout_keyword_hints_at_deadline(target, args, kwargs):
+    lock, _ = _targets()[target]
+    name = "Lock" if target == "Lock" else "LockView"
+    with pytest.raises(TypeError) as info:
+        lock.acquire(*args, **kwargs)
+    message = str(info.value)
+    assert f"{name}.acquire() got an unexpected keyword argument 'timeout'" in message
+    assert "deadline=" in message
+    assert not lock.locked()
+
+
+def test_other_unknown_keywords_stay_plain_type_errors():
+    lock = Lock()
+    with pytest.raises(TypeError, match="unexpected keyword argument 'timout'") as info:
+        lock.acquire(timout=1)  # type: ignore[call-arg]
+    assert "deadline=" not in str(info.value)
+    _assert_usable(lock)

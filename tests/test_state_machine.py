@@ -291,15 +291,21 @@ class LockMachine(RuleBasedStateMachine):
         else:
             state = "unlocked"
         assert repr(self.rw) == f"<ctxlock.SharableLock {state} waiting=0>"
+        shared = "locked" if self.readers else "unlocked"
+        assert repr(self.rw.shared) == f"<ctxlock.LockView shared {shared} waiting=0>"
+        exclusive = "locked" if self.writer else "unlocked"
+        assert repr(self.rw.exclusive) == f"<ctxlock.LockView exclusive {exclusive} waiting=0>"
 
     @invariant()
     def unlocks_match_model(self) -> None:
         for h in self.held:
             assert not h.unlock.released
-            assert repr(h.unlock).endswith("holding>")
+            mode = "shared" if h.target == "shared" else "exclusive"
+            lock = repr(self.obj(h.target))
+            assert repr(h.unlock) == f"<ctxlock.Unlock {mode} holding lock={lock}>"
         for h in self.released:
             assert h.unlock.released
-            assert repr(h.unlock).endswith("released>")
+            assert " released lock=" in repr(h.unlock)
 
     @invariant()
     def never_shared_with_exclusive(self) -> None:

@@ -15,11 +15,14 @@ import argparse
 import importlib
 import importlib.util
 import json
+import math
 import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Protocol, TextIO, cast
 
 import ctxlock
@@ -50,26 +53,83 @@ def _load_demo() -> _DemoModule | None:
     return cast(_DemoModule, module)
 
 
+# Option types: a bad value is an argparse error (usage, the option's name, exit status 2).
+
+
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, not {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
 
 
-def _add_bench_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    bench = commands.add_parser(
+def positive_seconds(text: str) -> float:
+    """A finite number of seconds greater than 0 (``demo --seconds``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, not {text}")
+    return value
+
+
+def _row_list(known: Sequence[str]) -> Callable[[str], str]:
+    """``--rows``: comma-separated keys of known rows, at least one."""
+
+    def check(text: str) -> str:
+        try:
+            _selected_rows(text, known)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+
+    return check
+
+
+def _png_path(text: str) -> str:
+    """``--plot``: a file in a directory that exists (checked before the rows run)."""
+    if not text or not Path(text).resolve().parent.is_dir():
+        raise argparse.ArgumentTypeError(f"no directory to write {text!r} into")
+    return text
+
+
+def _rows_epilog(bench: ModuleType) -> str:
+    """Every row of the report: its key, what it measures and its target."""
+    rows = bench.ROWS
+    width = max(len(row.key) for row in rows)
+    lines = ["rows (ratio = ctxlock cost / anchor cost, lower is better):"]
+    for row in rows:
+        target = f"{row.op} {row.target:g}{row.ratio_unit}"
+        lines.append(f"  {row.key.ljust(width)}  {row.description} [target {target}]")
+    return "\n".join(lines)
+
+
+def _add_bench_parser(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], bench: ModuleType | None
+) -> None:
+    parser = commands.add_parser(
         "bench",
         help="compare ctxlock with threading/asyncio/peer locks against targets",
         description="Measure ctxlock against its anchors; see ctxlock._bench for the rows.",
+        epilog=None if bench is None else _rows_epilog(bench),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    bench.add_argument("--quick", action="store_true", help="tiny counts: a smoke test")
-    bench.add_argument("--rows", metavar="K1,K2", help="only these rows (comma-separated)")
-    bench.add_argument("--repeat", type=_positive_int, metavar="N", help="repeats per row")
-    bench.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    bench.add_argument("--plot", metavar="FILE.png", help="also draw the ratios into a PNG")
-    bench.add_argument("--full-churn", action="store_true", help="churn_rss with 1,000,000 cycles")
-    bench.set_defaults(handler=_cmd_bench)
+    rows_type = str if bench is None else _row_list(bench.ROW_KEYS)
+    parser.add_argument("--quick", action="store_true", help="tiny counts: a smoke test")
+    parser.add_argument(
+        "--rows", type=rows_type, metavar="K1,K2", help="only these rows (comma-separated)"
+    )
+    parser.add_argument("--repeat", type=_positive_int, metavar="N", help="repeats per row")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--plot", type=_png_path, metavar="FILE.png", help="also draw the ratios into a PNG"
+    )
+    parser.add_argument("--full-churn", action="store_true", help="churn_rss with 1,000,000 cycles")
+    parser.set_defaults(handler=_cmd_bench)
 
 
 def _add_demo_parser(
@@ -81,18 +141,22 @@ def _add_demo_parser(
     else:  # the same options, so that --help reads the same without the module
         parser.add_argument("--attack", choices=("read", "write"), default="read")
         parser.add_argument("--lock", choices=("ctxlock", "naive", "both"), default="both")
-        parser.add_argument("--seconds", type=float, default=3.0)
+        parser.add_argument("--seconds", type=positive_seconds, default=3.0)
     parser.set_defaults(handler=_cmd_demo, demo=demo)
 
 
-def build_parser(demo: _DemoModule | None = None) -> argparse.ArgumentParser:
-    """The parser; ``demo`` supplies the demo's options when it is the command run."""
+def build_parser(
+    demo: _DemoModule | None = None, bench: ModuleType | None = None
+) -> argparse.ArgumentParser:
+    """The parser; ``demo`` supplies the demo's options when it is the command run, and
+    ``bench`` (``ctxlock._bench``) the rows that ``bench --help`` lists and ``--rows`` takes.
+    """
     parser = argparse.ArgumentParser(
         prog="python -m ctxlock", description="ctxlock: locks with deadlines and cancellation."
     )
     parser.add_argument("--version", action="version", version=f"ctxlock {ctxlock.__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
-    _add_bench_parser(commands)
+    _add_bench_parser(commands, bench)
     _add_demo_parser(commands, demo)
     return parser
 
@@ -107,7 +171,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     demo = _load_demo() if args_list[:1] == ["demo"] else None
-    parser = build_parser(demo)
+    # Imported only for its command: it takes longer to import than the rest of the CLI.
+    bench = importlib.import_module("ctxlock._bench") if args_list[:1] == ["bench"] else None
+    parser = build_parser(demo, bench)
     args = parser.parse_args(args_list)
     if not hasattr(args, "handler"):
         parser.print_help(sys.stderr)

@@ -252,7 +252,7 @@ class SharableLock:
     def __new__(cls) -> SharableLock: ...
     @property
     def shared(self) -> LockView:
-        """The shared view: its holders form the reader group (Go's ``RLock``)."""
+        """The shared view: its holders form the reader group (Go's ``SharedLock``)."""
     @property
     def exclusive(self) -> LockView:
-        """The exclusive view: one holder, nobody else (Go's ``Lock``)."""
+        """The exclusive view: one holder, nobody else (Go's ``ExclusiveLock``)."""

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol, TextIO
 
+from ctxlock._cli import positive_seconds
 from ctxlock._ctxlock import CancelToken, SharableLock
 from ctxlock._errors import Cancelled
 
@@ -483,7 +484,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--seconds",
-        type=float,
+        type=positive_seconds,
         default=3.0,
         help="how long to run on each lock (default: 3)",
     )

@@ -32,6 +32,20 @@ pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<
     })
 }
 
+/// `blocking=`: its truth value, as `threading.Lock.acquire` takes it (`blocking=0` works).
+pub(crate) fn truthy(value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    value.is_truthy()
+}
+
+/// The error of an acquire given `timeout=`, which it does not take: hint at `deadline=`.
+pub(crate) fn timeout_keyword<T: pyo3::PyClass>() -> PyErr {
+    PyTypeError::new_err(format!(
+        "{}.acquire() got an unexpected keyword argument 'timeout'; \
+         ctxlock takes deadline= (seconds from now)",
+        T::NAME
+    ))
+}
+
 /// `cancel=`: a `CancelToken` or `None`.
 #[inline]
 pub(crate) fn token<'a, 'py>(

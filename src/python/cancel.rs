@@ -13,8 +13,17 @@ use super::args;
 use super::blocking;
 use super::errors::{deadline_reason, reason as make_reason, reason_object};
 
-/// A cancellation signal with a reason, an optional deadline and children.
-#[pyclass(name = "CancelToken", module = "ctxlock", frozen)]
+/// A cancellation signal with an optional deadline, shared by any number of acquires.
+///
+/// A token is cancelled once: by ``cancel(reason)``, by its deadline passing (the reason
+/// is then a ``LockTimeout`` instance), or with its parent (with the parent's reason).
+/// Cancelling wakes at once every thread and task waiting with this token or one of its
+/// descendants. Tokens are safe to use from any thread and any event loop.
+///
+/// Raises:
+///     ValueError: ``deadline`` is negative or NaN.
+///     TypeError: ``deadline`` is not a number.
+#[pyclass(name = "CancelToken", module = "ctxlock", frozen, weakref)]
 pub(crate) struct PyCancelToken {
     pub(crate) token: CancelToken,
 }
@@ -68,6 +77,10 @@ impl PyCancelToken {
         })
     }
 
+    /// A token cancelled with this one (and its reason) or by its own deadline.
+    ///
+    /// Cancelling the child never cancels the parent. The child's effective deadline is
+    /// the earlier of its own and its parent's.
     #[pyo3(signature = (*, deadline = None))]
     fn child(&self, py: Python<'_>, deadline: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         Ok(PyCancelToken {
@@ -75,17 +88,22 @@ impl PyCancelToken {
         })
     }
 
+    /// Cancel the token and its descendants. Idempotent: the first reason wins.
     #[pyo3(signature = (reason = None))]
     fn cancel(&self, py: Python<'_>, reason: Option<Py<PyAny>>) {
         let obj = reason.unwrap_or_else(|| py.None());
         self.token.cancel(make_reason(obj));
     }
 
+    /// True once the token has been cancelled.
     #[getter]
     fn cancelled(&self) -> bool {
         self.token.is_cancelled()
     }
 
+    /// The reason given to the first ``cancel()``; ``None`` until then.
+    ///
+    /// Go's ``context.Cause``.
     #[getter]
     fn reason(&self, py: Python<'_>) -> Py<PyAny> {
         match self.token.reason() {
@@ -94,6 +112,7 @@ impl PyCancelToken {
         }
     }
 
+    /// The effective deadline on the ``time.monotonic()`` clock, or ``None``.
     #[getter]
     fn deadline(&self, py: Python<'_>) -> PyResult<Option<f64>> {
         self.token
@@ -102,6 +121,10 @@ impl PyCancelToken {
             .transpose()
     }
 
+    /// Block (with the GIL released) until cancelled or ``timeout`` seconds pass.
+    ///
+    /// Returns True if the token is cancelled. Signal handlers run while waiting in the
+    /// main thread (Ctrl-C raises ``KeyboardInterrupt``).
     #[pyo3(signature = (timeout = None))]
     fn wait(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
         let timeout = args::timeout(timeout, "timeout")?;
@@ -113,10 +136,18 @@ impl PyCancelToken {
         blocking::detached(py, |interrupt| token.wait(until, interrupt))
     }
 
+    /// Wait in an asyncio task until the token is cancelled (from any thread or loop).
     fn wait_async<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         super::asyncio::shim_fn!(slf.py(), "wait_token")?.call1((slf,))
     }
 
+    /// Run ``fn()`` once when the token is cancelled; at once if it already is.
+    ///
+    /// ``fn`` runs in the thread that cancels: the caller of ``cancel()``, or for a
+    /// deadline ctxlock's timer thread, or a thread waiting on the token that saw the
+    /// deadline pass first. An exception it raises goes to ``sys.unraisablehook``.
+    /// Returns a function that unregisters ``fn`` and returns True if that stopped
+    /// ``fn`` from running (Go's ``context.AfterFunc``).
     fn on_cancel(&self, r#fn: Bound<'_, PyAny>) -> PyResult<OnCancel> {
         if !r#fn.is_callable() {
             return Err(PyTypeError::new_err("on_cancel() needs a callable"));
@@ -129,19 +160,32 @@ impl PyCancelToken {
         })
     }
 
-    fn __reduce__(&self) -> PyResult<()> {
-        Err(PyTypeError::new_err("cannot pickle 'CancelToken' object"))
+    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Err(super::errors::not_picklable(slf.as_any()))
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "<ctxlock.CancelToken cancelled={}>",
-            if self.token.is_cancelled() {
-                "True"
-            } else {
-                "False"
+    // Cancelled: the reason's repr; otherwise the time left until the deadline.
+    fn __repr__(&self, py: Python<'_>) -> String {
+        if let Some(r) = self.token.reason() {
+            let reason = reason_object(py, &r);
+            let reason = reason.bind(py);
+            let shown = match reason.repr() {
+                Ok(text) => text.to_string(),
+                // A reason whose repr fails still leaves the token printable.
+                Err(_) => match reason.get_type().fully_qualified_name() {
+                    Ok(name) => format!("<{name} object>"),
+                    Err(_) => "<? object>".to_string(),
+                },
+            };
+            return format!("<ctxlock.CancelToken cancelled=True reason={shown}>");
+        }
+        match self.token.deadline() {
+            None => "<ctxlock.CancelToken cancelled=False deadline=None>".to_string(),
+            Some(at) => {
+                let left = at.saturating_duration_since(Instant::now()).as_secs_f64();
+                format!("<ctxlock.CancelToken cancelled=False deadline_in={left:.3}s>")
             }
-        )
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 //! The exception classes are defined in `ctxlock/_errors.py` (`LockTimeout` has two
 //! bases, which an extension-made exception type cannot have) and imported here.
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -58,4 +59,13 @@ pub(crate) fn deadline_reason(py: Python<'_>) -> PyResult<Reason> {
     let args = PyTuple::new(py, ["the cancel token's deadline passed"])?;
     let exc = py.get_type::<LockTimeout>().call1(args)?;
     Ok(reason(exc.unbind()))
+}
+
+/// What `__reduce__` raises for every class: a lock, token or `Unlock` cannot be pickled or
+/// copied. Names the public class (`ctxlock.Lock`), not the Rust type behind it.
+pub(crate) fn not_picklable(obj: &Bound<'_, PyAny>) -> PyErr {
+    match obj.get_type().fully_qualified_name() {
+        Ok(name) => PyTypeError::new_err(format!("cannot pickle '{name}' object")),
+        Err(e) => e,
+    }
 }

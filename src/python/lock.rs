@@ -5,7 +5,7 @@
 //! `#[cold]` contended path, which reads the clock and releases the GIL while it waits.
 //! `with lock:` uses the CAS directly and creates no `Unlock` object.
 
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::core::cancel::CancelToken;
@@ -146,21 +146,43 @@ macro_rules! lock_methods {
         impl $class {
             $($extra)*
 
+            /// Acquire, waiting with the GIL released, and return the ``Unlock`` that releases.
+            ///
+            /// ``deadline`` is in seconds from now: ``None`` waits without limit, ``0`` tries
+            /// once. ``blocking=False`` tries once and raises ``WouldBlock``. A ``cancel`` token
+            /// that is already cancelled raises at once, even if the lock is free.
+            ///
+            /// Cancellation: a waiter that times out, is cancelled or is interrupted by a signal
+            /// leaves the queue and does not hold the lock. If the lock was handed to it at that
+            /// very moment, a timeout keeps it (the acquire succeeds) and a cancellation or
+            /// signal passes it to the next waiter. Either way the lock is never leaked.
+            ///
+            /// Raises:
+            ///     LockTimeout: the deadline (``deadline=`` or the token's) passed.
+            ///     Cancelled: the token was cancelled; ``.reason`` is its reason.
+            ///     WouldBlock: ``blocking=False`` and the lock is taken.
+            ///     KeyboardInterrupt: (or whatever a signal handler raises) while waiting.
+            ///     ValueError: ``deadline`` is negative or NaN, or given with ``blocking=False``.
+            ///     TypeError: ``deadline`` is not a number or ``cancel`` is not a ``CancelToken``.
+            ///     RuntimeError: called on an event loop's thread while a task of that loop holds
+            ///         the lock, when the acquire would have to wait (it could never succeed).
             #[pyo3(signature = (cancel = None, *, deadline = None, blocking = true))]
             fn acquire(
                 slf: &Bound<'_, Self>,
                 cancel: Option<&Bound<'_, PyAny>>,
                 deadline: Option<&Bound<'_, PyAny>>,
-                blocking: bool,
+                #[pyo3(from_py_with = $crate::python::args::truthy)] blocking: bool,
             ) -> PyResult<PyUnlock> {
                 $crate::python::lock::lock(slf.py(), slf.get().view(), cancel, deadline, blocking)?;
                 Ok(PyUnlock::new(slf.clone().unbind().into(), false))
             }
 
+            /// Acquire without waiting; ``None`` if the lock is taken.
             fn try_acquire(slf: &Bound<'_, Self>) -> Option<PyUnlock> {
                 slf.get().view().try_lock().then(|| PyUnlock::new(slf.clone().unbind().into(), false))
             }
 
+            /// True while the lock is held (in this view's mode, for a ``SharableLock`` view).
             fn locked(&self) -> bool {
                 self.view().is_locked()
             }
@@ -178,6 +200,12 @@ macro_rules! lock_methods {
                 $crate::python::lock::exit(self.view())
             }
 
+            /// ``await`` to acquire from an asyncio task; the same queue as threads use.
+            ///
+            /// Completes without touching the event loop when the lock is free. Waiting tasks are
+            /// served in FIFO order. ``task.cancel()``, ``asyncio.timeout()``, the token and the
+            /// deadline each end the wait (CancelledError, TimeoutError, ``Cancelled``,
+            /// ``LockTimeout``), and in every race the lock is never leaked or held twice.
             #[pyo3(signature = (cancel = None, *, deadline = None))]
             fn acquire_async<'py>(
                 slf: &Bound<'py, Self>,
@@ -209,19 +237,22 @@ macro_rules! lock_methods {
                 $crate::python::asyncio::Waiting::queue(slf.as_any(), loop_, fut)
             }
 
-            fn __reduce__(&self) -> PyResult<()> {
-                Err(PyTypeError::new_err(concat!("cannot pickle '", stringify!($class), "' object")))
+            fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<()> {
+                Err($crate::python::errors::not_picklable(slf.as_any()))
             }
         }
     };
 }
 pub(crate) use lock_methods;
 
-/// An exclusive lock with deadlines and cancellation tokens, for threads and asyncio.
+/// An exclusive lock with deadlines and cancellation: Go's channel of capacity one.
 ///
-/// `unlock = lock.acquire(cancel, deadline=30)`, `await lock.acquire_async(cancel)`,
-/// `with lock:`, `async with lock:`. See the README and the type stub for the contract.
-#[pyclass(name = "Lock", module = "ctxlock", frozen)]
+/// Fairness: by default a lock just released may be re-taken by a running thread
+/// (barging, which keeps throughput high under the GIL), but a thread that has waited
+/// about 1 ms is handed the lock directly by the next unlock, so no waiter waits without
+/// bound. ``fair=True`` hands the lock over in strict FIFO order every time. Asyncio
+/// waiters are always served in FIFO order by hand-off.
+#[pyclass(name = "Lock", module = "ctxlock", frozen, weakref)]
 pub(crate) struct PyLock {
     lock: Lock,
 }
@@ -246,6 +277,7 @@ lock_methods!(PyLock {
         PyLock { lock: if fair { Lock::fair() } else { Lock::new() } }
     }
 
+    /// Whether the lock hands over in strict FIFO order.
     #[getter]
     fn fair(&self) -> bool {
         self.lock.is_fair()

@@ -1,6 +1,5 @@
 //! `ctxlock.SharableLock` and its two views, `rw.shared` and `rw.exclusive`.
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 
 use crate::core::lock::{LockView, SharableLock};
@@ -9,8 +8,15 @@ use crate::core::waiter::Mode;
 use super::lock::lock_methods;
 use super::unlock::PyUnlock;
 
-/// A phase-fair readers-writer lock; `rw.shared` and `rw.exclusive` are its two views.
-#[pyclass(name = "SharableLock", module = "ctxlock", frozen)]
+/// A phase-fair readers-writer lock: Go's ``SharableLock`` on one slot.
+///
+/// Shared holders form a reader group that holds the exclusive slot together; the last
+/// one out gives it back. While an exclusive acquirer waits, new shared acquirers queue
+/// (writers are not starved). When an exclusive holder unlocks, every shared acquirer
+/// that was waiting then gets in before the next exclusive one (readers are not starved).
+/// An exclusive waiter that gives up lets the readers it held back in at once (if
+/// another exclusive waiter is still queued, they stay behind it and get in right after).
+#[pyclass(name = "SharableLock", module = "ctxlock", frozen, weakref)]
 pub(crate) struct PySharableLock {
     shared: Py<PyLockView>,
     exclusive: Py<PyLockView>,
@@ -37,18 +43,20 @@ impl PySharableLock {
         })
     }
 
+    /// The shared view: its holders form the reader group (Go's ``SharedLock``).
     #[getter]
     fn shared(&self, py: Python<'_>) -> Py<PyLockView> {
         self.shared.clone_ref(py)
     }
 
+    /// The exclusive view: one holder, nobody else (Go's ``ExclusiveLock``).
     #[getter]
     fn exclusive(&self, py: Python<'_>) -> Py<PyLockView> {
         self.exclusive.clone_ref(py)
     }
 
-    fn __reduce__(&self) -> PyResult<()> {
-        Err(PyTypeError::new_err("cannot pickle 'SharableLock' object"))
+    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Err(super::errors::not_picklable(slf.as_any()))
     }
 
     fn __repr__(&self) -> String {
@@ -64,8 +72,10 @@ impl PySharableLock {
     }
 }
 
-/// One mode of a `SharableLock` (`rw.shared` or `rw.exclusive`), with the members of `Lock`.
-#[pyclass(name = "LockView", module = "ctxlock", frozen)]
+/// One mode of a ``SharableLock``: ``rw.shared`` or ``rw.exclusive``.
+///
+/// It has the members of ``Lock`` with the same guarantees and errors, in its own mode.
+#[pyclass(name = "LockView", module = "ctxlock", frozen, weakref)]
 pub(crate) struct PyLockView {
     view: LockView,
 }
@@ -84,6 +94,7 @@ impl From<Py<PyLockView>> for super::unlock::Owner {
 }
 
 lock_methods!(PyLockView {
+    /// True for ``rw.shared``, False for ``rw.exclusive``.
     #[getter]
     fn shared(&self) -> bool {
         self.view.mode() == Mode::Shared
@@ -92,6 +103,6 @@ lock_methods!(PyLockView {
     fn __repr__(&self) -> String {
         let mode = if self.view.mode() == Mode::Shared { "shared" } else { "exclusive" };
         let state = if self.view.is_locked() { "locked" } else { "unlocked" };
-        format!("<ctxlock.LockView {mode} {state}>")
+        format!("<ctxlock.LockView {mode} {state} waiting={}>", self.view.queued())
     }
 });

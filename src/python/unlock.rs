@@ -50,12 +50,14 @@ impl Owner {
     }
 }
 
-/// The once-only release of one acquire: call it to unlock; later calls do nothing.
+/// The once-only release of one acquire (Go's ``UnlockFunc``).
 ///
-/// Garbage collection of a still-holding `Unlock` releases the lock and warns: a lock
-/// that nobody can reach any more must not stay held forever (that would hang every
-/// later acquire silently), and the warning points at the bug, like an unclosed file's.
-#[pyclass(name = "Unlock", module = "ctxlock", frozen, freelist = 64)]
+/// The first call releases the lock; later calls do nothing. It may be called from any
+/// thread or event loop. As a context manager it releases on exit.
+///
+/// An ``Unlock`` that is garbage-collected while still holding its lock releases it and
+/// emits a ``ResourceWarning``: a lock is never left held by an object nobody can reach.
+#[pyclass(name = "Unlock", module = "ctxlock", frozen, freelist = 64, weakref)]
 pub(crate) struct PyUnlock {
     /// `unlock()`'s entry point, read by CPython through the type's
     /// `tp_vectorcall_offset` (see `vectorcall.rs`); never read from Rust.
@@ -167,11 +169,13 @@ impl PyUnlock {
         self.release();
     }
 
+    /// True once this ``Unlock`` has released its lock.
     #[getter]
     fn released(&self) -> bool {
         self.is_released()
     }
 
+    /// Release when ``token`` is cancelled (at once if it already is).
     fn unlock_on_cancel(slf: &Bound<'_, Self>, token: &Bound<'_, PyAny>) -> PyResult<()> {
         let token = token
             .cast::<PyCancelToken>()
@@ -207,11 +211,12 @@ impl PyUnlock {
         self.release();
     }
 
-    fn __reduce__(&self) -> PyResult<()> {
-        Err(PyTypeError::new_err("cannot pickle 'Unlock' object"))
+    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Err(super::errors::not_picklable(slf.as_any()))
     }
 
-    fn __repr__(&self) -> String {
+    // Mode, state and the repr of the lock it holds.
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         let mode = match self.owner.view().mode() {
             Mode::Exclusive => "exclusive",
             Mode::Shared => "shared",
@@ -221,7 +226,11 @@ impl PyUnlock {
         } else {
             "holding"
         };
-        format!("<ctxlock.Unlock {mode} {state}>")
+        let lock = match &self.owner {
+            Owner::Lock(l) => l.bind(py).repr()?,
+            Owner::View(v) => v.bind(py).repr()?,
+        };
+        Ok(format!("<ctxlock.Unlock {mode} {state} lock={lock}>"))
     }
 }
 

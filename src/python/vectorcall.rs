@@ -93,6 +93,12 @@ unsafe extern "C" fn acquire<T: FastAcquire>(
         if fast && lock.get().view().try_lock() {
             return new_unlock(lock);
         }
+        // SAFETY: `kwnames` as above.
+        if !fast && unsafe { has_keyword(py, kwnames, "timeout") } {
+            // `threading.Lock`'s name for it: say what ctxlock takes instead.
+            args::timeout_keyword::<T>().restore(py);
+            return std::ptr::null_mut();
+        }
         let generated = T::generated()
             .get()
             .copied()
@@ -139,6 +145,20 @@ unsafe fn plain_or_deadline(
         }
         _ => false,
     }
+}
+
+/// Whether a keyword argument is called `name`.
+///
+/// # Safety
+/// `kwnames` is NULL or a tuple of str, as CPython passes it to a fastcall method.
+unsafe fn has_keyword(py: Python<'_>, kwnames: *mut ffi::PyObject, name: &str) -> bool {
+    if kwnames.is_null() {
+        return false;
+    }
+    // SAFETY: a non-NULL `kwnames` is a tuple (the fastcall protocol).
+    let names =
+        unsafe { Bound::ref_from_ptr(py, &kwnames).cast_unchecked::<pyo3::types::PyTuple>() };
+    names.iter().any(|n| n.eq(name).unwrap_or(false))
 }
 
 /// The `Unlock` of a hold just taken through `lock`; on failure (out of memory) the
