@@ -32,6 +32,8 @@ lint:
 	$(PY) -m ruff check python tests benches
 	$(PY) -m ruff format --check python tests benches
 	$(PY) -m mypy
+	# The awaitables' types against asyncio's APIs (create_task, TaskGroup).
+	$(PY) -m mypy tests/typecheck_asyncio.py
 	$(PY) -m mypy.stubtest ctxlock._ctxlock --allowlist .stubtest-allowlist
 
 test-rust:

@@ -16,6 +16,7 @@ the token given to ``unlock_on_cancel``) must update the real lock exactly as th
 
 from __future__ import annotations
 
+import asyncio
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,13 +62,17 @@ class Held:
 
 
 def drive(awaitable: Any) -> Any:
-    """Run an awaitable that must finish without suspending (no event loop needed)."""
-    it = awaitable.__await__()
-    try:
-        next(it)
-    except StopIteration as stop:
-        return stop.value
-    raise AssertionError("acquire_async suspended although the model says it cannot wait")
+    """Run an awaitable that must finish without suspending (in an event loop: it needs one)."""
+
+    async def once() -> Any:
+        it = awaitable.__await__()
+        try:
+            next(it)
+        except StopIteration as stop:
+            return stop.value
+        raise AssertionError("acquire_async suspended although the model says it cannot wait")
+
+    return asyncio.run(once())
 
 
 class LockMachine(RuleBasedStateMachine):

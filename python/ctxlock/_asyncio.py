@@ -12,6 +12,7 @@ hand-off can neither leak the lock nor hold it twice.
 from __future__ import annotations
 
 import asyncio
+import time
 from asyncio import events
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -48,23 +49,49 @@ async def acquire(lock: Any, token: CancelToken | None, timeout: float | None) -
     fut: asyncio.Future[None] = loop.create_future()
     waiting = lock._queue_task(loop, fut)
     if not waiting.granted():
-        deadline = None if timeout is None else loop.time() + timeout
-        if token is not None and token.deadline is not None:
-            deadline = token.deadline if deadline is None else min(deadline, token.deadline)
-        timer = None if deadline is None else loop.call_at(deadline, _set_done, fut)
+        timers: list[asyncio.TimerHandle] = []
+        if timeout is not None:
+            timers.append(loop.call_later(timeout, _set_done, fut))
         unregister = None if token is None else token.on_cancel(partial(ring, loop, fut))
+        if token is not None and token.deadline is not None:
+            _at_token_deadline(loop, fut, waiting, token, timers)
         try:
             await fut
         except BaseException:  # task.cancel(), asyncio.timeout(), coroutine closed
             waiting.cancel()
             raise
         finally:
-            if timer is not None:
+            for timer in timers:
                 timer.cancel()
             if unregister is not None:
                 unregister()
     result: Unlock = waiting.finish(token, True)
     return result
+
+
+def _at_token_deadline(
+    loop: asyncio.AbstractEventLoop,
+    fut: asyncio.Future[None],
+    waiting: Any,
+    token: CancelToken,
+    timers: list[asyncio.TimerHandle],
+) -> None:
+    """Cancel the token once its deadline is due (rings ``fut``), else check again then.
+
+    The token's deadline is on the ``time.monotonic()`` clock; the loop's clock may differ
+    (uvloop's) or fire a little early, so the wait is re-armed until the token says the
+    deadline passed. The token is cancelled before the waiter sees the error, even when
+    ctxlock's timer thread has not got to it yet.
+    """
+    if fut.done():
+        return
+    if waiting.expire(token):
+        _set_done(fut)
+        return
+    deadline = token.deadline
+    assert deadline is not None
+    left = max(deadline - time.monotonic(), 0.001)
+    timers.append(loop.call_later(left, _at_token_deadline, loop, fut, waiting, token, timers))
 
 
 async def wait_token(token: CancelToken) -> None:

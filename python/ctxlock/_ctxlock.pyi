@@ -3,9 +3,9 @@
 Every class here is re-exported by ``ctxlock``; import it from there.
 """
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import final
+from typing import Any, final
 
 __version__: str
 #: The hand-written entry points in use (CPython); empty where PyO3's own serve.
@@ -52,7 +52,7 @@ class CancelToken:
         Returns True if the token is cancelled. Signal handlers run while waiting in the
         main thread (Ctrl-C raises ``KeyboardInterrupt``).
         """
-    def wait_async(self) -> Awaitable[None]:
+    def wait_async(self) -> Coroutine[Any, Any, None]:
         """Wait in an asyncio task until the token is cancelled (from any thread or loop)."""
     def on_cancel(self, fn: Callable[[], object]) -> Callable[[], bool]:
         """Run ``fn()`` once when the token is cancelled; at once if it already is.
@@ -147,8 +147,12 @@ class Lock:
         """True while the lock is held (in this view's mode, for a ``SharableLock`` view)."""
     def acquire_async(
         self, cancel: CancelToken | None = None, *, deadline: float | None = None
-    ) -> Awaitable[Unlock]:
+    ) -> Coroutine[Any, Any, Unlock]:
         """``await`` to acquire from an asyncio task; the same queue as threads use.
+
+        Returns a coroutine (``asyncio.create_task``, ``TaskGroup.create_task`` and anyio
+        accept it) that acquires only when awaited; closing it unawaited is harmless.
+        Raises ``RuntimeError`` when awaited with no running asyncio event loop (trio).
 
         Completes without touching the event loop when the lock is free. Waiting tasks are
         served in FIFO order. ``task.cancel()``, ``asyncio.timeout()``, the token and the
@@ -211,8 +215,12 @@ class LockView:
         """True while the lock is held (in this view's mode, for a ``SharableLock`` view)."""
     def acquire_async(
         self, cancel: CancelToken | None = None, *, deadline: float | None = None
-    ) -> Awaitable[Unlock]:
+    ) -> Coroutine[Any, Any, Unlock]:
         """``await`` to acquire from an asyncio task; the same queue as threads use.
+
+        Returns a coroutine (``asyncio.create_task``, ``TaskGroup.create_task`` and anyio
+        accept it) that acquires only when awaited; closing it unawaited is harmless.
+        Raises ``RuntimeError`` when awaited with no running asyncio event loop (trio).
 
         Completes without touching the event loop when the lock is free. Waiting tasks are
         served in FIFO order. ``task.cancel()``, ``asyncio.timeout()``, the token and the

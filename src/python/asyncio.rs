@@ -1,11 +1,12 @@
 //! asyncio: the Rust half of `acquire_async` and `async with`.
 //!
-//! The uncontended path is the same CAS as a thread's and returns an already-finished
-//! awaitable ([`Ready`]): no future, no event-loop call. A contended acquire with a
-//! token or a deadline runs the Python shim `ctxlock._asyncio.acquire`, which creates
-//! one future and queues a [`Waiting`] in the lock's one wait queue; one with neither
-//! (`async with`, plain `acquire_async()`) does the same steps in [`Acquiring`], an
-//! awaitable with no Python frame of its own. Its waker, [`Doorbell`], completes that
+//! `acquire_async()` returns an [`Acquire`], which asyncio and anyio take for a coroutine
+//! and which does nothing until awaited. Its first step checks the token and tries the
+//! same CAS as a thread's: a free lock is acquired with no future and no event-loop
+//! call. A contended acquire with a token or a deadline runs the Python shim
+//! `ctxlock._asyncio.acquire`, which creates one future and queues a [`Waiting`] in the
+//! lock's one wait queue; one with neither (`async with`, plain `acquire_async()`) does
+//! the same steps itself, with no Python frame. Its waker, [`Doorbell`], completes that
 //! future on the task's own loop (directly on the loop's thread, else through
 //! `call_soon_threadsafe`). The future is only a doorbell: who owns the lock is the
 //! waiter's status in the core, and the `Waiting` is settled exactly once, by the task
@@ -18,13 +19,17 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Wake, Waker};
+use std::time::Instant;
 
-use pyo3::exceptions::{PyBaseException, PyRuntimeError, PyStopIteration};
+use pyo3::exceptions::{
+    PyBaseException, PyRuntimeError, PyStopIteration, PyTypeError, PyValueError,
+};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyIterator, PyType};
 
+use crate::core::deadline::Timeout;
 use crate::core::lock::LockView;
 use crate::core::task::TaskWait;
 
@@ -44,43 +49,37 @@ macro_rules! shim_fn {
 }
 pub(crate) use shim_fn;
 
-/// `acquire_async(cancel, *, deadline)`.
+/// `acquire_async(cancel, *, deadline)`: the arguments are checked now, the lock is
+/// touched only when the result is awaited (see [`Acquire`]).
 pub(crate) fn acquire<'py>(
     lock: &Bound<'py, PyAny>,
-    view: &LockView,
+    _view: &LockView,
     cancel: Option<&Bound<'py, PyAny>>,
     deadline: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let py = lock.py();
     let timeout = args::timeout(deadline, "deadline")?;
-    let token = args::token(cancel)?;
-    if let Some(t) = token {
-        if t.get().token.is_cancelled() {
-            return Ready::failed(py, token_error(py, &t.get().token));
-        }
-    }
-    if view.try_lock() {
-        let unlock = Bound::new(py, PyUnlock::new(Owner::of(lock), true))?;
-        return Ready::finished(py, Some(unlock.into_any().unbind()));
-    }
-    if timeout.is_now() {
-        return Ready::failed(py, LockTimeout::new_err("the lock is taken (deadline=0)"));
-    }
-    let secs = timeout.duration().map(|d| d.as_secs_f64());
-    if token.is_none() && secs.is_none() {
-        return Acquiring::start(lock, true);
-    }
-    shim_fn!(py, "acquire")?.call1((lock, token, secs))
+    let token = args::token(cancel)?.map(|t| t.clone().unbind());
+    Acquire::create(lock, Step::Start { token, timeout }, true)
 }
 
-/// `__aenter__`.
+/// `__aenter__`. `async with` awaits at once, so the uncontended path takes the lock here
+/// and returns the shared finished awaitable (the cheapest `async with`); a contended one
+/// returns an [`Acquire`] that waits.
 pub(crate) fn enter<'py>(lock: &Bound<'py, PyAny>, view: &LockView) -> PyResult<Bound<'py, PyAny>> {
     let py = lock.py();
+    if trio_loaded(py)? {
+        // Under trio a free lock would be taken and a taken one fail: fail both alike.
+        running_loop(py)?;
+    }
     if view.try_lock() {
         TaskOwner::set(view);
         return Ready::done(py);
     }
-    Acquiring::start(lock, false)
+    let start = Step::Start {
+        token: None,
+        timeout: Timeout::NEVER,
+    };
+    Acquire::create(lock, start, false)
 }
 
 /// `__aexit__`.
@@ -91,45 +90,42 @@ pub(crate) fn exit<'py>(py: Python<'py>, view: &LockView) -> PyResult<Bound<'py,
     Ready::done(py)
 }
 
-/// An awaitable that is already finished: `await` returns its value (or raises) at once.
-#[pyclass(name = "_Ready", module = "ctxlock", frozen)]
-pub(crate) struct Ready {
-    result: Mutex<Option<PyResult<Py<PyAny>>>>,
+/// The running asyncio event loop of this thread, or a clear error: every wait needs one
+/// (its doorbell is a future of that loop).
+fn running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let event_loop = GET_RUNNING_LOOP
+        .import(py, "asyncio.events", "_get_running_loop")?
+        .call0()?;
+    if event_loop.is_none() {
+        return Err(PyRuntimeError::new_err(
+            "ctxlock's acquire_async and async with need a running asyncio event loop; \
+             trio and other event loops are not supported (under anyio, use its asyncio \
+             backend, or call the blocking acquire in a worker thread)",
+        ));
+    }
+    Ok(event_loop)
 }
 
+/// Whether trio has been imported: only then can `async with` on a free lock run under
+/// an event loop that is not asyncio's. (Asking for the running loop costs a `getpid`
+/// system call on CPython 3.11, as much again as the whole uncontended `async with`.)
+fn trio_loaded(py: Python<'_>) -> PyResult<bool> {
+    static MODULES: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    MODULES
+        .import(py, "sys", "modules")?
+        .contains(intern!(py, "trio"))
+}
+
+/// The awaitable finished with `None` of an uncontended `async with` and of `__aexit__`.
+#[pyclass(name = "_Ready", module = "ctxlock", frozen)]
+pub(crate) struct Ready;
+
 impl Ready {
-    fn finished(py: Python<'_>, value: Option<Py<PyAny>>) -> PyResult<Bound<'_, PyAny>> {
-        let value = value.unwrap_or_else(|| py.None());
-        Ok(Bound::new(
-            py,
-            Ready {
-                result: Mutex::new(Some(Ok(value))),
-            },
-        )?
-        .into_any())
-    }
-
-    fn failed(py: Python<'_>, err: PyErr) -> PyResult<Bound<'_, PyAny>> {
-        Ok(Bound::new(
-            py,
-            Ready {
-                result: Mutex::new(Some(Err(err))),
-            },
-        )?
-        .into_any())
-    }
-
-    /// The shared, stateless "finished with None" awaitable of `async with`.
+    /// The one shared, stateless instance.
     fn done(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         static DONE: PyOnceLock<Py<Ready>> = PyOnceLock::new();
-        let done = DONE.get_or_try_init(py, || {
-            Py::new(
-                py,
-                Ready {
-                    result: Mutex::new(None),
-                },
-            )
-        })?;
+        let done = DONE.get_or_try_init(py, || Py::new(py, Ready))?;
         Ok(done.bind(py).clone().into_any())
     }
 }
@@ -140,49 +136,204 @@ impl Ready {
         slf
     }
 
-    fn __next__(&self) -> PyResult<Option<Py<PyAny>>> {
-        let taken = self.result.lock().unwrap_or_else(|e| e.into_inner()).take();
-        match taken {
-            None => Ok(None),
-            Some(Ok(value)) => Err(PyStopIteration::new_err((value,))),
-            Some(Err(e)) => Err(e),
-        }
+    /// For `yield from lock.__aenter__().__await__()` (`asyncio.ensure_future`).
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __next__(&self) -> Option<Py<PyAny>> {
+        None
     }
 }
 
-/// A contended acquire with no token and no deadline: the shim's `acquire` without
-/// its Python frame. The first step queues and yields the future (as `await fut`
-/// does); the step after the doorbell rang takes the lock; an exception thrown in
-/// while it waits, `close()`, or dropping it gives the wait up, as the shim's `except`
-/// and [`Waiting`]'s `Drop` do.
-#[pyclass(name = "_Acquiring", module = "ctxlock", frozen)]
-pub(crate) struct Acquiring {
+/// What `acquire_async()` returns, and `__aenter__` on a taken lock: an object that is a
+/// coroutine to asyncio and anyio (`send`, `throw`, `close`, `__await__`, so
+/// `collections.abc.Coroutine` recognises it), with no Python frame of its own.
+///
+/// Nothing happens until the first step: then it checks the token, takes a free lock, or
+/// waits. A wait with neither token nor deadline is done here: queue, yield the future
+/// (as `await fut` does), take the lock on the step after the doorbell rang. One with a
+/// token or a deadline runs the shim's `acquire` coroutine and passes every step to it.
+/// An exception thrown in, `close()`, or dropping it gives any wait up (the shim's
+/// `except` and [`Waiting`]'s `Drop`), so no stage leaks the lock or grants it twice.
+#[pyclass(name = "_Acquire", module = "ctxlock", frozen)]
+pub(crate) struct Acquire {
     lock: Py<PyAny>,
+    /// `acquire_async` returns an `Unlock`; `__aenter__` tags the hold and returns None.
     want_unlock: bool,
-    /// Taken out while a step runs, so no Python code runs under the mutex.
+    /// Invariant: `Running` exactly while a step runs (taken out, so no Python code runs
+    /// under the mutex); `Done` once it returned, raised or was closed, never left again.
     state: Mutex<Step>,
 }
 
 enum Step {
-    Start,
-    /// Queued: the wait and the future's own iterator (`await fut`).
+    /// Not yet stepped: nothing held, nothing queued.
+    Start {
+        token: Option<Py<PyCancelToken>>,
+        timeout: Timeout,
+    },
+    /// Queued (no token, no deadline): the wait and the future's own iterator.
     Queued(Waiting, Py<PyIterator>),
+    /// Waiting in the shim's coroutine (a token or a deadline).
+    Shim(Py<PyAny>),
+    Running,
     Done,
 }
 
-impl Acquiring {
-    fn start<'py>(lock: &Bound<'py, PyAny>, want_unlock: bool) -> PyResult<Bound<'py, PyAny>> {
-        let acquiring = Acquiring {
+/// How a step resumes.
+enum Resume<'py> {
+    Send(Bound<'py, PyAny>),
+    Throw(Bound<'py, PyAny>),
+}
+
+/// What a step ends in, when it does not raise.
+enum Suspend {
+    /// Yielded this to the task; wait in this state.
+    Yield(Py<PyAny>, Step),
+    /// Finished; the value of the `await`.
+    Return(Option<Py<PyAny>>),
+}
+
+impl Acquire {
+    fn create<'py>(
+        lock: &Bound<'py, PyAny>,
+        start: Step,
+        want_unlock: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let acquire = Acquire {
             lock: lock.clone().unbind(),
             want_unlock,
-            state: Mutex::new(Step::Start),
+            state: Mutex::new(start),
         };
-        Ok(Bound::new(lock.py(), acquiring)?.into_any())
+        Ok(Bound::new(lock.py(), acquire)?.into_any())
     }
 
     fn take(&self) -> Step {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        std::mem::replace(&mut *state, Step::Done)
+        match &*state {
+            Step::Done => Step::Done,
+            _ => std::mem::replace(&mut *state, Step::Running),
+        }
+    }
+
+    fn put(&self, step: Step) {
+        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = step;
+    }
+
+    /// One step: `__next__`/`send` (`Send`), or `throw` (`Throw`). `Ok(None)` is a
+    /// return of `None` (`__aenter__`); a return of a value raises `StopIteration`.
+    fn step(&self, py: Python<'_>, how: Resume<'_>) -> PyResult<Option<Py<PyAny>>> {
+        let step = match self.take() {
+            Step::Done => {
+                return Err(match how {
+                    // A finished coroutine raises what is thrown into it.
+                    Resume::Throw(exc) => PyErr::from_value(exc),
+                    Resume::Send(_) => {
+                        PyRuntimeError::new_err("cannot reuse already awaited coroutine")
+                    }
+                });
+            }
+            Step::Running => return Err(PyValueError::new_err("coroutine already executing")),
+            step => step,
+        };
+        if matches!(step, Step::Start { .. }) && matches!(&how, Resume::Send(v) if !v.is_none()) {
+            // It stays unstarted, as a coroutine does.
+            self.put(step);
+            return Err(PyTypeError::new_err(
+                "can't send non-None value to a just-started coroutine",
+            ));
+        }
+        match self.resume(py, step, how) {
+            Ok(Suspend::Yield(yielded, step)) => {
+                self.put(step);
+                Ok(Some(yielded))
+            }
+            Ok(Suspend::Return(value)) => {
+                self.put(Step::Done);
+                match value {
+                    None => Ok(None),
+                    Some(v) => Err(PyStopIteration::new_err((v,))),
+                }
+            }
+            Err(e) => {
+                self.put(Step::Done);
+                Err(e)
+            }
+        }
+    }
+
+    fn resume(&self, py: Python<'_>, step: Step, how: Resume<'_>) -> PyResult<Suspend> {
+        let exc = match how {
+            Resume::Throw(exc) => exc,
+            Resume::Send(value) => {
+                return match step {
+                    Step::Start { token, timeout } => self.start(py, token, timeout),
+                    Step::Queued(waiting, fut_iter) => {
+                        self.wait(py, waiting, fut_iter.into_bound(py))
+                    }
+                    Step::Shim(coro) => shim_step(py, coro, intern!(py, "send"), value),
+                    Step::Running | Step::Done => unreachable!("taken out by `step`"),
+                };
+            }
+        };
+        match step {
+            Step::Shim(coro) => shim_step(py, coro, intern!(py, "throw"), exc),
+            // Unstarted: raise it (nothing to give up). Queued: dropping the wait gives
+            // it up, or passes on a lock granted at that moment.
+            _ => Err(PyErr::from_value(exc)),
+        }
+    }
+
+    /// The first step: token, free lock, then wait.
+    fn start(
+        &self,
+        py: Python<'_>,
+        token: Option<Py<PyCancelToken>>,
+        timeout: Timeout,
+    ) -> PyResult<Suspend> {
+        let lock = self.lock.bind(py);
+        // Only `acquire_async` gets here on a free lock; see `enter` for `async with`.
+        let event_loop = running_loop(py)?;
+        if let Some(t) = &token {
+            if t.get().token.is_cancelled() {
+                return Err(token_error(py, &t.get().token));
+            }
+        }
+        let view = Owner::of(lock).view().clone();
+        if view.try_lock() {
+            return Ok(Suspend::Return(self.held(py, &view)?));
+        }
+        if timeout.is_now() {
+            return Err(LockTimeout::new_err("the lock is taken (deadline=0)"));
+        }
+        if token.is_some() || !timeout.is_never() {
+            let secs = timeout.duration().map(|d| d.as_secs_f64());
+            let coro = shim_fn!(py, "acquire")?.call1((lock, token, secs))?;
+            return shim_step(
+                py,
+                coro.unbind(),
+                intern!(py, "send"),
+                py.None().into_bound(py),
+            );
+        }
+        let fut = event_loop.call_method0(intern!(py, "create_future"))?;
+        let fut_iter = fut.try_iter()?;
+        let waiting = Waiting::queue(lock, event_loop.unbind(), fut.unbind());
+        if waiting.granted() {
+            return self.finish(py, &waiting);
+        }
+        self.wait(py, waiting, fut_iter)
+    }
+
+    /// The value of an acquire that holds the lock.
+    fn held(&self, py: Python<'_>, view: &LockView) -> PyResult<Option<Py<PyAny>>> {
+        if self.want_unlock {
+            let unlock = PyUnlock::new(Owner::of(self.lock.bind(py)), true);
+            Ok(Some(Py::new(py, unlock)?.into_any()))
+        } else {
+            TaskOwner::set(view);
+            Ok(None)
+        }
     }
 
     /// Step the future's iterator: yield what it yields, else take the lock.
@@ -191,84 +342,99 @@ impl Acquiring {
         py: Python<'_>,
         waiting: Waiting,
         fut_iter: Bound<'_, PyIterator>,
-    ) -> PyResult<Option<Py<PyAny>>> {
+    ) -> PyResult<Suspend> {
         match fut_iter.clone().next() {
-            Some(Ok(yielded)) => {
-                *self.state.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Step::Queued(waiting, fut_iter.unbind());
-                Ok(Some(yielded.unbind()))
-            }
+            Some(Ok(yielded)) => Ok(Suspend::Yield(
+                yielded.unbind(),
+                Step::Queued(waiting, fut_iter.unbind()),
+            )),
             // Dropping `waiting` gives the wait up.
             Some(Err(e)) => Err(e),
             None => self.finish(py, &waiting),
         }
     }
 
-    fn finish(&self, py: Python<'_>, waiting: &Waiting) -> PyResult<Option<Py<PyAny>>> {
-        match waiting.finish(py, None, self.want_unlock)? {
-            None => Ok(None),
-            Some(unlock) => Err(PyStopIteration::new_err((Py::new(py, unlock)?,))),
+    fn finish(&self, py: Python<'_>, waiting: &Waiting) -> PyResult<Suspend> {
+        let unlock = waiting.finish(py, None, self.want_unlock)?;
+        Ok(Suspend::Return(match unlock {
+            None => None,
+            Some(u) => Some(Py::new(py, u)?.into_any()),
+        }))
+    }
+}
+
+/// Pass a step to the shim's coroutine: `coro.send(value)` or `coro.throw(exc)`.
+fn shim_step(
+    py: Python<'_>,
+    coro: Py<PyAny>,
+    method: &Bound<'_, pyo3::types::PyString>,
+    arg: Bound<'_, PyAny>,
+) -> PyResult<Suspend> {
+    match coro.bind(py).call_method1(method, (arg,)) {
+        Ok(yielded) => Ok(Suspend::Yield(yielded.unbind(), Step::Shim(coro))),
+        Err(e) if e.is_instance_of::<PyStopIteration>(py) => {
+            let value = e.value(py).getattr(intern!(py, "value"))?;
+            Ok(Suspend::Return(Some(value.unbind())))
         }
+        Err(e) => Err(e),
     }
 }
 
 #[pymethods]
-impl Acquiring {
+impl Acquire {
     fn __await__(slf: Py<Self>) -> Py<Self> {
         slf
     }
 
-    /// For `yield from lock.__aenter__().__await__()` (`asyncio.ensure_future`).
+    /// For `yield from` in a generator-based coroutine.
     fn __iter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
 
-    /// `send(None)` is a step; the future's iterator ignores a value, and so does this.
-    fn send(&self, py: Python<'_>, _value: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
-        self.__next__(py)?
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        self.step(py, Resume::Send(py.None().into_bound(py)))
+    }
+
+    fn send(&self, py: Python<'_>, value: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.step(py, Resume::Send(value))?
             .ok_or_else(|| PyStopIteration::new_err((py.None(),)))
     }
 
-    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-        match self.take() {
-            Step::Start => {
-                let event_loop = GET_RUNNING_LOOP
-                    .import(py, "asyncio.events", "get_running_loop")?
-                    .call0()?;
-                let fut = event_loop.call_method0(intern!(py, "create_future"))?;
-                let fut_iter = fut.try_iter()?;
-                let waiting = Waiting::queue(self.lock.bind(py), event_loop.unbind(), fut.unbind());
-                if waiting.granted() {
-                    return self.finish(py, &waiting);
-                }
-                self.wait(py, waiting, fut_iter)
-            }
-            Step::Queued(waiting, fut_iter) => self.wait(py, waiting, fut_iter.into_bound(py)),
-            Step::Done => Ok(None),
-        }
-    }
-
-    /// An exception at the `await` (task cancelled, `asyncio.timeout`): give up, raise it.
+    /// An exception at the `await` (task cancelled, `asyncio.timeout`): give up, raise it
+    /// (or, in the shim, whatever its `except` makes of it).
     #[pyo3(signature = (typ, val = None, _tb = None))]
     fn throw(
         &self,
+        py: Python<'_>,
         typ: Bound<'_, PyAny>,
         val: Option<Bound<'_, PyAny>>,
         _tb: Option<Bound<'_, PyAny>>,
-    ) -> PyResult<Option<Py<PyAny>>> {
-        drop(self.take());
+    ) -> PyResult<Py<PyAny>> {
         let exc = match val {
             Some(v) if v.is_instance_of::<PyBaseException>() => v,
             Some(v) if !v.is_none() && typ.is_instance_of::<PyType>() => typ.call1((v,))?,
+            _ if typ.is_instance_of::<PyType>() => typ.call0()?,
             _ => typ,
         };
-        Err(PyErr::from_value(exc))
+        self.step(py, Resume::Throw(exc))?
+            .ok_or_else(|| PyStopIteration::new_err((py.None(),)))
     }
 
-    /// The coroutine awaiting this was closed: give the wait up.
-    fn close(&self) {
-        drop(self.take());
+    /// Give up: unstarted, nothing to do; queued, leave the queue (or pass on a lock
+    /// granted at that moment); in the shim, close its coroutine (its `except` does it).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        match self.take() {
+            Step::Running => Err(PyValueError::new_err("coroutine already executing")),
+            Step::Shim(coro) => {
+                self.put(Step::Done);
+                coro.bind(py).call_method0(intern!(py, "close")).map(drop)
+            }
+            // Dropping a `Waiting` gives its wait up.
+            _ => {
+                self.put(Step::Done);
+                Ok(())
+            }
+        }
     }
 }
 
@@ -411,6 +577,12 @@ impl Waiting {
         self.settle.wait.as_ref().is_none_or(TaskWait::granted)
     }
 
+    /// At the token's deadline (its `time.monotonic()` clock, not the loop's): cancel
+    /// the token with its deadline reason if that is due; true if it is now cancelled.
+    fn expire(&self, token: &Bound<'_, PyCancelToken>) -> bool {
+        token.get().token.expire_if_due(Instant::now())
+    }
+
     /// The task was cancelled (or its coroutine closed) while waiting.
     fn cancel(&self) {
         self.settle.give_up();
@@ -432,7 +604,9 @@ impl Waiting {
         }
         let held = settle.take_or_leave();
         if let Some(t) = token.map(|t| &t.get().token) {
-            if t.is_cancelled() {
+            // A wait that ended without the lock may have ended at the token's deadline
+            // before ctxlock's timer got to it: cancel the token now, as a thread does.
+            if t.is_cancelled() || (!held && t.expire_if_due(Instant::now())) {
                 // A cancellation that was observed leaves the lock unchanged.
                 if held {
                     settle.view.unlock();
