@@ -143,11 +143,18 @@ impl PyCancelToken {
 
     /// Run ``fn()`` once when the token is cancelled; at once if it already is.
     ///
-    /// ``fn`` runs in the thread that cancels: the caller of ``cancel()``, or for a
-    /// deadline ctxlock's timer thread, or a thread waiting on the token that saw the
-    /// deadline pass first. An exception it raises goes to ``sys.unraisablehook``.
-    /// Returns a function that unregisters ``fn`` and returns True if that stopped
-    /// ``fn`` from running (Go's ``context.AfterFunc``).
+    /// Where ``fn`` runs: for ``cancel()`` (of this token or an ancestor), in the
+    /// caller's thread before ``cancel()`` returns; for a deadline, in a callback
+    /// thread of ctxlock's own, one per callback running at the same time, so a ``fn``
+    /// that blocks delays neither the token (``cancelled``, waiters, releases by
+    /// ``unlock_on_cancel``) nor other callbacks. ``fn`` must not assume the thread it
+    /// runs in, and a ``fn`` that blocks keeps its thread (and delays a ``cancel()``
+    /// caller). An exception it raises goes to ``sys.unraisablehook``.
+    ///
+    /// ``fn`` runs even if nothing else references the token: a registration keeps
+    /// the token until ``fn`` has run or been unregistered. Returns a function that
+    /// unregisters ``fn`` and returns True if that stopped ``fn`` from running (Go's
+    /// ``context.AfterFunc``).
     fn on_cancel(&self, r#fn: Bound<'_, PyAny>) -> PyResult<OnCancel> {
         if !r#fn.is_callable() {
             return Err(PyTypeError::new_err("on_cancel() needs a callable"));
