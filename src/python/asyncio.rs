@@ -31,6 +31,7 @@ use crate::core::task::TaskWait;
 use super::args;
 use super::blocking::thread_ident;
 use super::cancel::PyCancelToken;
+use super::dealloc::exception_set_aside;
 use super::errors::LockTimeout;
 use super::lock::{token_error, TaskOwner};
 use super::unlock::{Owner, PyUnlock};
@@ -360,10 +361,14 @@ impl Wake for Doorbell {
 
     fn wake_by_ref(self: &Arc<Self>) {
         // try_attach: a grant can come from the timer thread during interpreter shutdown.
+        // The release that granted may run anywhere, a deallocator included: the
+        // exception being raised there (if any) is set aside while the future is rung.
         let rang = Python::try_attach(|py| {
-            self.ring(py).unwrap_or_else(|e| {
-                e.write_unraisable(py, None);
-                false
+            exception_set_aside(py, |py| {
+                self.ring(py).unwrap_or_else(|e| {
+                    e.write_unraisable(py, None);
+                    false
+                })
             })
         });
         if rang != Some(true) {

@@ -12,6 +12,7 @@ use crate::core::lock::LockView;
 use crate::core::waiter::Mode;
 
 use super::cancel::PyCancelToken;
+use super::dealloc::{exception_set_aside, finalizing};
 use super::lock::{PyLock, TaskOwner};
 use super::sharable::PyLockView;
 
@@ -227,16 +228,36 @@ impl PyUnlock {
 
 impl Drop for PyUnlock {
     fn drop(&mut self) {
-        if !self.release() {
+        if self.is_released() {
+            // The common case, and on the path of every `unlock = lock.acquire();
+            // unlock()` pair: nothing to release, no Python to run.
             return;
         }
-        // Dropped by Python's deallocator, so attached; try_attach guards the odd case.
-        Python::try_attach(|py| {
-            let category = py.get_type::<PyResourceWarning>();
-            let message = c"ctxlock: an Unlock was garbage-collected while holding its lock; the lock was released";
-            if let Err(e) = PyErr::warn(py, &category, message, 1) {
-                e.write_unraisable(py, Some(PyString::new(py, "Unlock.__del__").as_any()));
-            }
+        // Run by the deallocator, so attached, but perhaps while an exception is being
+        // raised, inside a collection or at shutdown (see `dealloc.rs`). The release runs
+        // with the exception set aside, since handing the lock to a task calls Python; the
+        // warning too, and not at shutdown. If Python cannot be attached to at all, the
+        // lock is still released.
+        let done = Python::try_attach(|py| {
+            exception_set_aside(py, |py| {
+                if self.release() && !finalizing() {
+                    warn_forgotten(py);
+                }
+            })
         });
+        if done.is_none() {
+            self.release();
+        }
+    }
+}
+
+/// The `ResourceWarning` of an `Unlock` destroyed while holding; with warnings turned
+/// into errors (`-W error`), the error goes to `sys.unraisablehook`.
+fn warn_forgotten(py: Python<'_>) {
+    let category = py.get_type::<PyResourceWarning>();
+    let message =
+        c"ctxlock: an Unlock was garbage-collected while holding its lock; the lock was released";
+    if let Err(e) = PyErr::warn(py, &category, message, 1) {
+        e.write_unraisable(py, Some(PyString::new(py, "Unlock.__del__").as_any()));
     }
 }
