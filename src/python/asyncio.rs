@@ -61,7 +61,7 @@ pub(crate) fn acquire<'py>(
         }
     }
     if view.try_lock() {
-        let unlock = Bound::new(py, PyUnlock::new(Owner::of(lock), true))?;
+        let unlock = Bound::new(py, PyUnlock::new(Owner::of(lock)))?;
         return Ready::finished(py, Some(unlock.into_any().unbind()));
     }
     if timeout.is_now() {
@@ -78,6 +78,7 @@ pub(crate) fn acquire<'py>(
 pub(crate) fn enter<'py>(lock: &Bound<'py, PyAny>, view: &LockView) -> PyResult<Bound<'py, PyAny>> {
     let py = lock.py();
     if view.try_lock() {
+        view.scope_hold();
         TaskOwner::set(view);
         return Ready::done(py);
     }
@@ -86,9 +87,9 @@ pub(crate) fn enter<'py>(lock: &Bound<'py, PyAny>, view: &LockView) -> PyResult<
 
 /// `__aexit__`.
 pub(crate) fn exit<'py>(py: Python<'py>, view: &LockView) -> PyResult<Bound<'py, PyAny>> {
-    // `async with` runs on the task's loop thread, the thread its hold was tagged with.
-    TaskOwner::clear(view, thread_ident());
     super::lock::exit(view)?;
+    // `async with` runs on the task's loop thread, the thread its hold was tagged with.
+    TaskOwner::clear(view);
     Ready::done(py)
 }
 
@@ -451,8 +452,9 @@ impl Waiting {
             ));
         }
         if want_unlock {
-            Ok(Some(PyUnlock::new(Owner::of(settle.lock.bind(py)), true)))
+            Ok(Some(PyUnlock::new(Owner::of(settle.lock.bind(py)))))
         } else {
+            settle.view.scope_hold();
             TaskOwner::set(&settle.view);
             Ok(None)
         }

@@ -13,7 +13,7 @@ use crate::core::waiter::Mode;
 
 use super::cancel::PyCancelToken;
 use super::dealloc::{exception_set_aside, finalizing};
-use super::lock::{PyLock, TaskOwner};
+use super::lock::PyLock;
 use super::sharable::PyLockView;
 
 /// Garbage collection of a still-holding `Unlock` releases the lock and warns: a lock
@@ -65,9 +65,6 @@ pub(crate) struct PyUnlock {
     owner: Owner,
     /// Set by the one call that releases.
     released: AtomicBool,
-    /// The tag of a hold taken by an asyncio task, 0 for a thread's (self-deadlock
-    /// detection, see `lock.rs`).
-    task_tag: u64,
     /// Whether `on_cancel` holds registrations (checked before taking its mutex).
     has_registration: AtomicBool,
     /// One registration per `unlock_on_cancel` token; dropped on release.
@@ -75,18 +72,13 @@ pub(crate) struct PyUnlock {
 }
 
 impl PyUnlock {
-    /// `task`: the hold was taken by an asyncio task (on this thread, its loop's).
-    pub(crate) fn new(owner: Owner, task: bool) -> PyUnlock {
-        let task_tag = if task {
-            TaskOwner::set(owner.view())
-        } else {
-            0
-        };
+    /// Own a hold of `owner`'s lock the caller has just taken; only this `Unlock`
+    /// releases it.
+    pub(crate) fn new(owner: Owner) -> PyUnlock {
         PyUnlock {
             vectorcall: super::vectorcall::call_unlock,
             owner,
             released: AtomicBool::new(false),
-            task_tag,
             has_registration: AtomicBool::new(false),
             on_cancel: Mutex::new(Vec::new()),
         }
@@ -147,11 +139,7 @@ impl PyUnlock {
         if !self.claim_release() {
             return false;
         }
-        let view = self.owner.view();
-        if self.task_tag != 0 {
-            TaskOwner::clear(view, self.task_tag);
-        }
-        let released = view.unlock();
+        let released = self.owner.view().unlock();
         debug_assert!(released, "BUG: an Unlock did not hold its lock");
         // ORDERING: Acquire pairs with the Release store in `unlock_on_cancel`, so a set
         // flag means the registration is in the mutex.
