@@ -620,49 +620,8 @@ def test_threads_and_two_event_loops_share_one_lock(kind: str) -> None:
 # --- blocking acquire on a loop thread -------------------------------------------------------
 
 
-@pytest.mark.asyncio
-@pytest.mark.parametrize("who", ["this task", "another task"])
-@pytest.mark.parametrize("case", ["Lock", "exclusive then exclusive", "exclusive then shared"])
-async def test_blocking_acquire_on_the_loop_of_a_holding_task_raises(case: str, who: str) -> None:
-    if case == "Lock":
-        held: Lock | LockView = Lock()
-        blocked: Lock | LockView = held
-    else:
-        rw = SharableLock()
-        held = rw.exclusive
-        blocked = rw.exclusive if case.endswith("exclusive") else rw.shared
-
-    release = asyncio.Event()
-    holding = asyncio.Event()
-    unlocks: list[Unlock] = []
-
-    async def hold() -> None:
-        unlocks.append(await held.acquire_async())
-        holding.set()
-        await release.wait()
-
-    if who == "this task":
-        unlocks.append(await held.acquire_async())
-        other = None
-    else:
-        other = asyncio.create_task(hold())
-        await asyncio.wait_for(holding.wait(), PATIENCE)
-    # Should the acquire hang instead of raising, a thread releases and the test fails.
-    rescue = threading.Timer(PATIENCE, unlocks[0])
-    rescue.start()
-    try:
-        with pytest.raises(RuntimeError, match=r"(?i)deadlock|loop"):
-            blocked.acquire()
-        with pytest.raises(RuntimeError, match=r"(?i)deadlock|loop"):
-            with blocked:
-                pass
-    finally:
-        rescue.cancel()
-        release.set()
-        unlocks[0]()
-        if other is not None:
-            await other
-    assert not held.locked()
+# The rule (raise only when the wait can never end) and its counterpart (an `Unlock`
+# handed to a thread) are tested in test_holds.py.
 
 
 # --- CancelToken.wait_async ------------------------------------------------------------------
@@ -912,11 +871,12 @@ async def test_anyio_tasks_exclude_each_other(exclusive_target: Target) -> None:
 
 @pytest.mark.asyncio
 async def test_blocking_acquire_behind_a_task_shared_hold_raises_instead_of_hanging() -> None:
-    # A task of this loop holds the shared side; an exclusive acquire on the loop's thread
-    # would wait for that task forever, and so would a shared one queued behind a writer.
+    # A task of this loop holds the shared side by `async with`; an exclusive acquire on
+    # the loop's thread would wait for that task forever, and so would a shared one queued
+    # behind a writer.
     rw = SharableLock()
-    unlock = await rw.shared.acquire_async()
-    rescue = threading.Timer(PATIENCE, unlock)
+    await rw.shared.__aenter__()
+    rescue = threading.Timer(PATIENCE, rw.shared.__exit__, (None, None, None))
     rescue.start()
     writer_unlocks: list[Unlock] = []
     try:
@@ -934,7 +894,7 @@ async def test_blocking_acquire_behind_a_task_shared_hold_raises_instead_of_hang
         assert rw.shared.try_acquire() is None
     finally:
         rescue.cancel()
-        unlock()
+        await rw.shared.__aexit__(None, None, None)
     writer.join(PATIENCE)
     assert len(writer_unlocks) == 1
     writer_unlocks[0]()

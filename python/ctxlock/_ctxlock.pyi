@@ -76,7 +76,9 @@ class Unlock:
     """The once-only release of one acquire (Go's ``UnlockFunc``).
 
     The first call releases the lock; later calls do nothing. It may be called from any
-    thread or event loop. As a context manager it releases on exit.
+    thread or event loop. As a context manager it releases on exit. Only its own
+    ``Unlock`` releases a hold: the lock's ``__exit__``/``__aexit__`` release only holds
+    taken by ``with``/``async with``.
 
     An ``Unlock`` that is garbage-collected while still holding its lock releases it and
     emits a ``ResourceWarning``: a lock is never left held by an object nobody can reach.
@@ -138,8 +140,12 @@ class Lock:
             KeyboardInterrupt: (or whatever a signal handler raises) while waiting.
             ValueError: ``deadline`` is negative or NaN, or given with ``blocking=False``.
             TypeError: ``deadline`` is not a number or ``cancel`` is not a ``CancelToken``.
-            RuntimeError: called on an event loop's thread while a task of that loop holds
-                the lock, when the acquire would have to wait (it could never succeed).
+            RuntimeError: the wait could never end: no deadline and no token, on an event
+                loop's thread while a task of that loop holds the lock by ``async with``
+                (only its ``__aexit__``, on this blocked loop, could release it), and the
+                acquire would have to wait. A hold owned by an ``Unlock`` never raises
+                this (the ``Unlock`` may be called from another thread); nor does a wait
+                with a deadline or a token (it ends with ``LockTimeout``/``Cancelled``).
         """
     def try_acquire(self) -> Unlock | None:
         """Acquire without waiting; ``None`` if the lock is taken."""
@@ -206,8 +212,12 @@ class LockView:
             KeyboardInterrupt: (or whatever a signal handler raises) while waiting.
             ValueError: ``deadline`` is negative or NaN, or given with ``blocking=False``.
             TypeError: ``deadline`` is not a number or ``cancel`` is not a ``CancelToken``.
-            RuntimeError: called on an event loop's thread while a task of that loop holds
-                the lock, when the acquire would have to wait (it could never succeed).
+            RuntimeError: the wait could never end: no deadline and no token, on an event
+                loop's thread while a task of that loop holds the lock by ``async with``
+                (only its ``__aexit__``, on this blocked loop, could release it), and the
+                acquire would have to wait. A hold owned by an ``Unlock`` never raises
+                this (the ``Unlock`` may be called from another thread); nor does a wait
+                with a deadline or a token (it ends with ``LockTimeout``/``Cancelled``).
         """
     def try_acquire(self) -> Unlock | None:
         """Acquire without waiting; ``None`` if the lock is taken."""

@@ -85,10 +85,28 @@ impl LockView {
     }
 
     /// Give back a hold taken with `try_lock`/`lock`. False if there was none in this
-    /// mode (nothing is changed then).
+    /// mode (nothing is changed then). Only the owner of a hold may give it back: a
+    /// hold owned by an [`Unlock`] through its `Unlock`, a scoped hold through
+    /// [`LockView::unlock_scoped`].
     #[inline]
     pub fn unlock(&self) -> bool {
         self.slot.release(self.mode)
+    }
+
+    /// Make a hold the caller has just taken (with `try_lock`, `lock`, a task's wait) a
+    /// scoped hold: one that ends with a scope, released by [`LockView::unlock_scoped`]
+    /// by whoever ends it (Python's `with`), never by `unlock`.
+    #[inline]
+    pub fn scope_hold(&self) {
+        self.slot.scope_hold(self.mode)
+    }
+
+    /// Release one scoped hold of this mode. False if there is none (nothing changes
+    /// then, whatever other holds there are): holds owned by an [`Unlock`] are never
+    /// released here.
+    #[inline]
+    pub fn unlock_scoped(&self) -> bool {
+        self.slot.release_scoped(self.mode)
     }
 
     /// Acquire without waiting.

@@ -66,9 +66,18 @@ pub(crate) struct Slot {
     state: AtomicUsize,
     queue: Mutex<WaitQueue>,
     policy: Policy,
+    /// Scoped holds, per mode (`[exclusive, shared]`): holds taken for a scope (Python's
+    /// `with`) that whoever ends a scope releases, as opposed to holds owned by an
+    /// `Unlock` (or by a waiter being settled), which only their owner releases.
+    /// Invariant: `scoped[m]` never exceeds the number of scoped holds of mode `m` in
+    /// the state word: it is raised only after such a hold is taken, and lowered (never
+    /// below 0) before one is released. So a release of a scoped hold can only ever
+    /// give back a scoped hold, never the hold of an `Unlock`: a shared hold has no
+    /// identity in the state word, and the count is what tells the two kinds apart.
+    scoped: [AtomicUsize; 2],
     /// Tags the embedding layer attaches to holds, with a count each (the Python layer
-    /// tags a task's hold with its event loop's thread, to detect a blocking acquire
-    /// that could never succeed). The core never reads them; touched only off the
+    /// tags a hold taken by `async with` with its event loop's thread, to detect a
+    /// blocking acquire that could never succeed). The core never reads them; touched only off the
     /// uncontended thread paths.
     holder_tags: Mutex<Vec<(u64, usize)>>,
 }
@@ -79,6 +88,7 @@ impl Slot {
             state: AtomicUsize::new(0),
             queue: Mutex::new(WaitQueue::default()),
             policy,
+            scoped: [AtomicUsize::new(0), AtomicUsize::new(0)],
             holder_tags: Mutex::new(Vec::new()),
         }
     }
@@ -190,6 +200,38 @@ impl Slot {
             }
         }
         self.release_slow(mode)
+    }
+
+    /// Count a hold of `mode` the caller has just taken as scoped (see `scoped`).
+    #[inline]
+    pub(crate) fn scope_hold(&self, mode: Mode) {
+        // ORDERING: Release: a `release_scoped` that sees this count sees (Acquire) the
+        // state word's change that took the hold, so its release finds the hold.
+        self.scoped(mode).fetch_add(1, Ordering::Release);
+    }
+
+    /// Release one scoped hold of `mode`; false (nothing changed) if there is none.
+    #[inline]
+    pub(crate) fn release_scoped(&self, mode: Mode) -> bool {
+        // ORDERING: Acquire pairs with the Release in `scope_hold` (see there); a failed
+        // attempt orders nothing.
+        let claimed = self
+            .scoped(mode)
+            .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok();
+        if !claimed {
+            return false;
+        }
+        let released = self.release(mode);
+        debug_assert!(released, "BUG: a counted scoped hold was not held");
+        released
+    }
+
+    fn scoped(&self, mode: Mode) -> &AtomicUsize {
+        match mode {
+            Mode::Exclusive => &self.scoped[0],
+            Mode::Shared => &self.scoped[1],
+        }
     }
 
     /// A release that must look at the queue (or finds the slot not held).

@@ -36,6 +36,7 @@ use crate::core::task::TaskWait;
 use super::args;
 use super::blocking::thread_ident;
 use super::cancel::PyCancelToken;
+use super::dealloc::exception_set_aside;
 use super::errors::LockTimeout;
 use super::lock::{token_error, TaskOwner};
 use super::unlock::{Owner, PyUnlock};
@@ -72,6 +73,7 @@ pub(crate) fn enter<'py>(lock: &Bound<'py, PyAny>, view: &LockView) -> PyResult<
         running_loop(py)?;
     }
     if view.try_lock() {
+        view.scope_hold();
         TaskOwner::set(view);
         return Ready::done(py);
     }
@@ -84,9 +86,9 @@ pub(crate) fn enter<'py>(lock: &Bound<'py, PyAny>, view: &LockView) -> PyResult<
 
 /// `__aexit__`.
 pub(crate) fn exit<'py>(py: Python<'py>, view: &LockView) -> PyResult<Bound<'py, PyAny>> {
-    // `async with` runs on the task's loop thread, the thread its hold was tagged with.
-    TaskOwner::clear(view, thread_ident());
     super::lock::exit(view)?;
+    // `async with` runs on the task's loop thread, the thread its hold was tagged with.
+    TaskOwner::clear(view);
     Ready::done(py)
 }
 
@@ -328,9 +330,10 @@ impl Acquire {
     /// The value of an acquire that holds the lock.
     fn held(&self, py: Python<'_>, view: &LockView) -> PyResult<Option<Py<PyAny>>> {
         if self.want_unlock {
-            let unlock = PyUnlock::new(Owner::of(self.lock.bind(py)), true);
+            let unlock = PyUnlock::new(Owner::of(self.lock.bind(py)));
             Ok(Some(Py::new(py, unlock)?.into_any()))
         } else {
+            view.scope_hold();
             TaskOwner::set(view);
             Ok(None)
         }
@@ -526,10 +529,14 @@ impl Wake for Doorbell {
 
     fn wake_by_ref(self: &Arc<Self>) {
         // try_attach: a grant can come from the timer thread during interpreter shutdown.
+        // The release that granted may run anywhere, a deallocator included: the
+        // exception being raised there (if any) is set aside while the future is rung.
         let rang = Python::try_attach(|py| {
-            self.ring(py).unwrap_or_else(|e| {
-                e.write_unraisable(py, None);
-                false
+            exception_set_aside(py, |py| {
+                self.ring(py).unwrap_or_else(|e| {
+                    e.write_unraisable(py, None);
+                    false
+                })
             })
         });
         if rang != Some(true) {
@@ -620,8 +627,9 @@ impl Waiting {
             ));
         }
         if want_unlock {
-            Ok(Some(PyUnlock::new(Owner::of(settle.lock.bind(py)), true)))
+            Ok(Some(PyUnlock::new(Owner::of(settle.lock.bind(py)))))
         } else {
+            settle.view.scope_hold();
             TaskOwner::set(&settle.view);
             Ok(None)
         }

@@ -17,28 +17,35 @@ use super::blocking::{self, thread_ident};
 use super::errors::{cancelled, to_pyerr, LockTimeout, WouldBlock};
 use super::unlock::PyUnlock;
 
-/// Self-deadlock detection: a hold taken by an asyncio task is tagged with the thread of
-/// its event loop. A blocking acquire on that thread that has to wait would block the
-/// loop, so the task could never release: it raises instead.
+/// Self-deadlock detection: a hold taken by `async with` in a task is tagged with the
+/// thread of the task's event loop, from `__aenter__` until its `__aexit__`.
+///
+/// The rule: a blocking acquire raises `RuntimeError` instead of waiting exactly when
+/// its wait could never end: it has no deadline and no token, it runs on a thread whose
+/// event loop has a task holding the lock by `async with`, and it has to wait. That
+/// hold ends only with the task's `__aexit__`, which runs on this loop, which this wait
+/// blocks. Nothing else is a provable deadlock, so nothing else raises: a wait with a
+/// deadline or a token ends (with `LockTimeout` or `Cancelled`), and a hold owned by an
+/// `Unlock` may be released from any thread (the task may have handed it to one).
 pub(crate) struct TaskOwner;
 
 impl TaskOwner {
-    /// Tag a task's new hold; returns the tag to clear it with.
-    pub(crate) fn set(view: &LockView) -> u64 {
-        let tag = thread_ident();
-        view.tag_hold(tag);
-        tag
+    /// Tag a hold just taken by `async with`.
+    pub(crate) fn set(view: &LockView) {
+        view.tag_hold(thread_ident());
     }
 
-    pub(crate) fn clear(view: &LockView, tag: u64) {
-        view.untag_hold(tag);
+    /// Untag a hold that `__aexit__` (on the loop's thread) released.
+    pub(crate) fn clear(view: &LockView) {
+        view.untag_hold(thread_ident());
     }
 
     fn check(view: &LockView) -> PyResult<()> {
         if view.has_tagged_hold(thread_ident()) {
             return Err(PyRuntimeError::new_err(
-                "deadlock: a blocking acquire on an event loop's thread while a task of that loop \
-                 holds the lock; use `await lock.acquire_async()` in the event loop",
+                "deadlock: a blocking acquire with no deadline and no token on an event \
+                 loop's thread, while a task of that loop holds the lock by `async with`; \
+                 use `await lock.acquire_async()` in the event loop",
             ));
         }
         Ok(())
@@ -55,8 +62,8 @@ pub(crate) fn lock(
     blocking: bool,
 ) -> PyResult<()> {
     if cancel.is_none() && deadline.is_none() && blocking {
-        // The plain `acquire()` is `with lock:`'s acquire: nothing to parse or check.
-        return enter(py, view);
+        // The plain `acquire()`: nothing to parse or check.
+        return lock_plain(py, view);
     }
     let timeout = args::timeout(deadline, "deadline")?;
     let token = args::token(cancel)?.map(|t| &t.get().token);
@@ -90,7 +97,9 @@ fn lock_contended(
     if timeout.is_now() {
         return Err(LockTimeout::new_err("the lock is taken (deadline=0)"));
     }
-    TaskOwner::check(view)?;
+    if token.is_none() && timeout.duration().is_none() {
+        TaskOwner::check(view)?;
+    }
     blocking::lock(py, view, token, timeout.deadline()).map_err(|e| to_pyerr(py, e))
 }
 
@@ -101,23 +110,33 @@ pub(crate) fn token_error(py: Python<'_>, t: &CancelToken) -> PyErr {
     }
 }
 
-/// `__enter__`: the CAS, else the contended path with no deadline and no token.
+/// The plain `acquire()`: the CAS, else the contended path with no deadline and no token.
 #[inline]
-pub(crate) fn enter(py: Python<'_>, view: &LockView) -> PyResult<()> {
+fn lock_plain(py: Python<'_>, view: &LockView) -> PyResult<()> {
     if view.try_lock() {
         return Ok(());
     }
     lock_contended(py, view, None, Timeout::NEVER, true)
 }
 
-/// `__exit__`/`__aexit__`: release a hold taken by `with`/`async with`.
+/// `__enter__`: the plain acquire, kept as a scoped hold (`LockView::scope_hold`), which
+/// only an `__exit__`/`__aexit__` releases.
+#[inline]
+pub(crate) fn enter(py: Python<'_>, view: &LockView) -> PyResult<()> {
+    lock_plain(py, view)?;
+    view.scope_hold();
+    Ok(())
+}
+
+/// `__exit__`/`__aexit__`: release a hold taken by `with`/`async with`, never one that
+/// belongs to an `Unlock`.
 #[inline]
 pub(crate) fn exit(view: &LockView) -> PyResult<()> {
-    if view.unlock() {
+    if view.unlock_scoped() {
         return Ok(());
     }
     Err(PyRuntimeError::new_err(
-        "release of a lock that is not held",
+        "release of a lock that is not held by a with statement",
     ))
 }
 
@@ -174,12 +193,12 @@ macro_rules! lock_methods {
                 #[pyo3(from_py_with = $crate::python::args::truthy)] blocking: bool,
             ) -> PyResult<PyUnlock> {
                 $crate::python::lock::lock(slf.py(), slf.get().view(), cancel, deadline, blocking)?;
-                Ok(PyUnlock::new(slf.clone().unbind().into(), false))
+                Ok(PyUnlock::new(slf.clone().unbind().into()))
             }
 
             /// Acquire without waiting; ``None`` if the lock is taken.
             fn try_acquire(slf: &Bound<'_, Self>) -> Option<PyUnlock> {
-                slf.get().view().try_lock().then(|| PyUnlock::new(slf.clone().unbind().into(), false))
+                slf.get().view().try_lock().then(|| PyUnlock::new(slf.clone().unbind().into()))
             }
 
             /// True while the lock is held (in this view's mode, for a ``SharableLock`` view).

@@ -6,6 +6,7 @@ mod args;
 pub(crate) mod asyncio;
 mod blocking;
 pub(crate) mod cancel;
+mod dealloc;
 mod errors;
 pub(crate) mod lock;
 mod sharable;

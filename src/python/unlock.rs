@@ -12,7 +12,8 @@ use crate::core::lock::LockView;
 use crate::core::waiter::Mode;
 
 use super::cancel::PyCancelToken;
-use super::lock::{PyLock, TaskOwner};
+use super::dealloc::{exception_set_aside, finalizing};
+use super::lock::PyLock;
 use super::sharable::PyLockView;
 
 /// Garbage collection of a still-holding `Unlock` releases the lock and warns: a lock
@@ -66,9 +67,6 @@ pub(crate) struct PyUnlock {
     owner: Owner,
     /// Set by the one call that releases.
     released: AtomicBool,
-    /// The tag of a hold taken by an asyncio task, 0 for a thread's (self-deadlock
-    /// detection, see `lock.rs`).
-    task_tag: u64,
     /// Whether `on_cancel` holds registrations (checked before taking its mutex).
     has_registration: AtomicBool,
     /// One registration per `unlock_on_cancel` token; dropped on release.
@@ -76,18 +74,13 @@ pub(crate) struct PyUnlock {
 }
 
 impl PyUnlock {
-    /// `task`: the hold was taken by an asyncio task (on this thread, its loop's).
-    pub(crate) fn new(owner: Owner, task: bool) -> PyUnlock {
-        let task_tag = if task {
-            TaskOwner::set(owner.view())
-        } else {
-            0
-        };
+    /// Own a hold of `owner`'s lock the caller has just taken; only this `Unlock`
+    /// releases it.
+    pub(crate) fn new(owner: Owner) -> PyUnlock {
         PyUnlock {
             vectorcall: super::vectorcall::call_unlock,
             owner,
             released: AtomicBool::new(false),
-            task_tag,
             has_registration: AtomicBool::new(false),
             on_cancel: Mutex::new(Vec::new()),
         }
@@ -148,11 +141,7 @@ impl PyUnlock {
         if !self.claim_release() {
             return false;
         }
-        let view = self.owner.view();
-        if self.task_tag != 0 {
-            TaskOwner::clear(view, self.task_tag);
-        }
-        let released = view.unlock();
+        let released = self.owner.view().unlock();
         debug_assert!(released, "BUG: an Unlock did not hold its lock");
         // ORDERING: Acquire pairs with the Release store in `unlock_on_cancel`, so a set
         // flag means the registration is in the mutex.
@@ -236,16 +225,36 @@ impl PyUnlock {
 
 impl Drop for PyUnlock {
     fn drop(&mut self) {
-        if !self.release() {
+        if self.is_released() {
+            // The common case, and on the path of every `unlock = lock.acquire();
+            // unlock()` pair: nothing to release, no Python to run.
             return;
         }
-        // Dropped by Python's deallocator, so attached; try_attach guards the odd case.
-        Python::try_attach(|py| {
-            let category = py.get_type::<PyResourceWarning>();
-            let message = c"ctxlock: an Unlock was garbage-collected while holding its lock; the lock was released";
-            if let Err(e) = PyErr::warn(py, &category, message, 1) {
-                e.write_unraisable(py, Some(PyString::new(py, "Unlock.__del__").as_any()));
-            }
+        // Run by the deallocator, so attached, but perhaps while an exception is being
+        // raised, inside a collection or at shutdown (see `dealloc.rs`). The release runs
+        // with the exception set aside, since handing the lock to a task calls Python; the
+        // warning too, and not at shutdown. If Python cannot be attached to at all, the
+        // lock is still released.
+        let done = Python::try_attach(|py| {
+            exception_set_aside(py, |py| {
+                if self.release() && !finalizing() {
+                    warn_forgotten(py);
+                }
+            })
         });
+        if done.is_none() {
+            self.release();
+        }
+    }
+}
+
+/// The `ResourceWarning` of an `Unlock` destroyed while holding; with warnings turned
+/// into errors (`-W error`), the error goes to `sys.unraisablehook`.
+fn warn_forgotten(py: Python<'_>) {
+    let category = py.get_type::<PyResourceWarning>();
+    let message =
+        c"ctxlock: an Unlock was garbage-collected while holding its lock; the lock was released";
+    if let Err(e) = PyErr::warn(py, &category, message, 1) {
+        e.write_unraisable(py, Some(PyString::new(py, "Unlock.__del__").as_any()));
     }
 }

@@ -164,10 +164,7 @@ unsafe fn has_keyword(py: Python<'_>, kwnames: *mut ffi::PyObject, name: &str) -
 /// The `Unlock` of a hold just taken through `lock`; on failure (out of memory) the
 /// value is dropped, which releases the hold, and the error is raised.
 fn new_unlock<T: FastAcquire>(lock: &Bound<'_, T>) -> *mut ffi::PyObject {
-    match Bound::new(
-        lock.py(),
-        PyUnlock::new(T::owner(lock.clone().unbind()), false),
-    ) {
+    match Bound::new(lock.py(), PyUnlock::new(T::owner(lock.clone().unbind()))) {
         Ok(unlock) => unlock.into_ptr(),
         Err(e) => {
             e.restore(lock.py());

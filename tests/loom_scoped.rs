@@ -1,0 +1,72 @@
+//! loom models of scoped holds (`LockView::scope_hold`/`unlock_scoped`, Python's `with`):
+//! a scoped release gives back a scoped hold or nothing, never a hold owned by someone
+//! else, and a count it sees always has its hold in the state word.
+//!
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom_scoped`
+#![cfg(loom)]
+
+mod support;
+
+use ctxlock::{forever, Lock, SharableLock};
+use loom::thread;
+use support::model_exhaustive;
+
+#[test]
+fn loom_a_stray_scoped_release_races_a_with() {
+    // One thread enters a `with`; another calls `__exit__` at the same time. It either
+    // finds no scoped hold (and changes nothing) or releases exactly that one.
+    model_exhaustive("stray_scoped_release", || {
+        let lock = Lock::new();
+        let enter = {
+            let lock = lock.clone();
+            thread::spawn(move || {
+                lock.lock(forever()).unwrap();
+                lock.scope_hold();
+            })
+        };
+        let stray = {
+            let lock = lock.clone();
+            thread::spawn(move || lock.unlock_scoped())
+        };
+        enter.join().unwrap();
+        if stray.join().unwrap() {
+            assert!(!lock.is_locked(), "a scoped release left the lock held");
+        } else {
+            assert!(lock.is_locked(), "a failed scoped release changed the lock");
+            assert!(lock.unlock_scoped(), "the with's hold was lost");
+        }
+        assert!(!lock.unlock_scoped());
+        assert!(!lock.is_locked());
+    });
+}
+
+#[test]
+fn loom_scoped_releases_never_take_an_owned_reader() {
+    // A reader owned by an `Unlock`, and a `with` reader whose exit is called twice.
+    model_exhaustive("scoped_releases_and_an_owned_reader", || {
+        let rw = SharableLock::new();
+        let owned = {
+            let shared = rw.shared().clone();
+            thread::spawn(move || shared.lock(forever()).unwrap())
+        };
+        let scoped = {
+            let shared = rw.shared().clone();
+            thread::spawn(move || {
+                shared.lock(forever()).unwrap();
+                shared.scope_hold();
+                assert!(shared.unlock_scoped());
+                shared.unlock_scoped()
+            })
+        };
+        owned.join().unwrap();
+        assert!(
+            !scoped.join().unwrap(),
+            "a second exit released the owned reader"
+        );
+        assert_eq!(rw.shared().readers(), 1);
+        assert!(!rw.exclusive().try_lock());
+        assert!(rw.shared().unlock());
+        assert!(rw.exclusive().try_lock());
+        assert!(rw.exclusive().unlock());
+    });
+}

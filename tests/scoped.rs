@@ -1,0 +1,94 @@
+//! Scoped holds (Python's `with`): released only by `unlock_scoped`, which never gives
+//! back a hold owned by someone else, in either mode.
+#![cfg(not(loom))] // loom's types only work inside `loom::model`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+
+use ctxlock::{forever, Lock, LockView, SharableLock};
+
+fn exclusive_views() -> [LockView; 3] {
+    [
+        Lock::new().view().clone(),
+        Lock::fair().view().clone(),
+        SharableLock::new().exclusive().clone(),
+    ]
+}
+
+#[test]
+fn test_unlock_scoped_never_releases_an_unscoped_hold() {
+    for view in exclusive_views() {
+        assert!(view.try_lock());
+        assert!(!view.unlock_scoped());
+        assert!(view.is_locked());
+        assert!(view.unlock());
+        assert!(view.try_lock());
+        view.scope_hold();
+        assert!(view.unlock_scoped());
+        assert!(!view.unlock_scoped());
+        assert!(!view.is_locked());
+    }
+}
+
+#[test]
+fn test_scoped_readers_are_counted_apart_from_owned_ones() {
+    let rw = SharableLock::new();
+    let shared = rw.shared();
+    assert!(shared.try_lock()); // owned (an Unlock's)
+    assert!(shared.try_lock());
+    shared.scope_hold();
+    assert!(
+        !rw.exclusive().unlock_scoped(),
+        "the views count separately"
+    );
+    assert!(shared.unlock_scoped());
+    assert!(!shared.unlock_scoped(), "the owned reader hold must stay");
+    assert_eq!(shared.readers(), 1);
+    assert!(!rw.exclusive().try_lock());
+    assert!(shared.unlock());
+    assert!(rw.exclusive().try_lock());
+    assert!(rw.exclusive().unlock());
+}
+
+#[test]
+fn test_stray_scoped_releases_never_break_exclusion() {
+    // Owners take and release their own holds; another thread keeps calling
+    // `unlock_scoped` (a misused `__exit__`). Exclusion must hold throughout.
+    let lock = Lock::new();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicUsize::new(0));
+    let stray = {
+        let lock = lock.clone();
+        let stop = stop.clone();
+        thread::spawn(move || {
+            let mut released = 0;
+            while stop.load(Ordering::Relaxed) == 0 {
+                released += usize::from(lock.unlock_scoped());
+                thread::yield_now();
+            }
+            released
+        })
+    };
+    let owners: Vec<_> = (0..3)
+        .map(|_| {
+            let lock = lock.clone();
+            let inside = inside.clone();
+            thread::spawn(move || {
+                for _ in 0..2000 {
+                    lock.lock(forever()).unwrap();
+                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "exclusion lost");
+                    thread::yield_now();
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    assert!(lock.unlock());
+                }
+            })
+        })
+        .collect();
+    for o in owners {
+        o.join().unwrap();
+    }
+    stop.store(1, Ordering::Relaxed);
+    assert_eq!(stray.join().unwrap(), 0);
+    assert!(!lock.is_locked());
+}
