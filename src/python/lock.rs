@@ -183,8 +183,12 @@ macro_rules! lock_methods {
             ///     KeyboardInterrupt: (or whatever a signal handler raises) while waiting.
             ///     ValueError: ``deadline`` is negative or NaN, or given with ``blocking=False``.
             ///     TypeError: ``deadline`` is not a number or ``cancel`` is not a ``CancelToken``.
-            ///     RuntimeError: called on an event loop's thread while a task of that loop holds
-            ///         the lock, when the acquire would have to wait (it could never succeed).
+            ///     RuntimeError: the wait could never end: no deadline and no token, on an event
+            ///         loop's thread while a task of that loop holds the lock by ``async with``
+            ///         (only its ``__aexit__``, on this blocked loop, could release it), and the
+            ///         acquire would have to wait. A hold owned by an ``Unlock`` never raises
+            ///         this (the ``Unlock`` may be called from another thread); nor does a wait
+            ///         with a deadline or a token (it ends with ``LockTimeout``/``Cancelled``).
             #[pyo3(signature = (cancel = None, *, deadline = None, blocking = true))]
             fn acquire(
                 slf: &Bound<'_, Self>,
@@ -220,6 +224,10 @@ macro_rules! lock_methods {
             }
 
             /// ``await`` to acquire from an asyncio task; the same queue as threads use.
+            ///
+            /// Returns a coroutine (``asyncio.create_task``, ``TaskGroup.create_task`` and anyio
+            /// accept it) that acquires only when awaited; closing it unawaited is harmless.
+            /// Raises ``RuntimeError`` when awaited with no running asyncio event loop (trio).
             ///
             /// Completes without touching the event loop when the lock is free. Waiting tasks are
             /// served in FIFO order. ``task.cancel()``, ``asyncio.timeout()``, the token and the

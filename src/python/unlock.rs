@@ -16,9 +16,6 @@ use super::dealloc::{exception_set_aside, finalizing};
 use super::lock::PyLock;
 use super::sharable::PyLockView;
 
-/// Garbage collection of a still-holding `Unlock` releases the lock and warns: a lock
-/// that nobody can reach any more must not stay held forever (that would hang every
-/// later acquire silently), and the warning points at the bug, like an unclosed file's.
 /// The lock object an `Unlock` belongs to. Holding the Python object (a plain
 /// reference-count increment under the GIL) instead of cloning the core's `Arc` keeps two
 /// atomic read-modify-writes off every acquire/unlock pair; the object keeps the slot alive.
@@ -54,7 +51,9 @@ impl Owner {
 /// The once-only release of one acquire (Go's ``UnlockFunc``).
 ///
 /// The first call releases the lock; later calls do nothing. It may be called from any
-/// thread or event loop. As a context manager it releases on exit.
+/// thread or event loop. As a context manager it releases on exit. Only its own
+/// ``Unlock`` releases a hold: the lock's ``__exit__``/``__aexit__`` release only holds
+/// taken by ``with``/``async with``.
 ///
 /// An ``Unlock`` that is garbage-collected while still holding its lock releases it and
 /// emits a ``ResourceWarning``: a lock is never left held by an object nobody can reach.
