@@ -466,8 +466,10 @@ def test_token_deadline_cancels_without_a_waiter_in_child() -> None:
         token.on_cancel(lambda: calls.append(1))
         unlock = lock.acquire()
         unlock.unlock_on_cancel(token)
+        # The token is cancelled first; its release and the user's callback (on a
+        # callback thread) follow, so wait for all three.
         end = time.monotonic() + 3
-        while not token.cancelled and time.monotonic() < end:
+        while time.monotonic() < end and not (token.cancelled and calls and unlock.released):
             time.sleep(0.01)
         assert token.cancelled, "the token's deadline passed but nothing cancelled it"
         assert calls == [1]
