@@ -9,6 +9,7 @@ pub(crate) mod queue;
 pub(crate) mod runner;
 pub(crate) mod slot;
 pub(crate) mod state;
+pub mod stats;
 pub(crate) mod sync;
 pub mod task;
 pub(crate) mod timer;

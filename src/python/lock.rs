@@ -210,6 +210,14 @@ macro_rules! lock_methods {
                 self.view().is_locked()
             }
 
+            /// A snapshot: ``locked``, ``holders`` (in this view's mode) and ``waiting`` (on the lock).
+            ///
+            /// See ``LockStatistics``. Both views of a ``SharableLock`` report the same
+            /// ``waiting``: the lock has one queue. Nothing is waited for or changed.
+            fn statistics(&self) -> $crate::python::stats::PyLockStatistics {
+                self.view().statistics().into()
+            }
+
             fn __enter__(&self, py: Python<'_>) -> PyResult<()> {
                 $crate::python::lock::enter(py, self.view())
             }

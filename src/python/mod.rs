@@ -10,6 +10,7 @@ mod dealloc;
 mod errors;
 pub(crate) mod lock;
 mod sharable;
+pub(crate) mod stats;
 mod unlock;
 mod vectorcall;
 
@@ -20,6 +21,7 @@ fn _ctxlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lock::PyLock>()?;
     m.add_class::<sharable::PySharableLock>()?;
     m.add_class::<sharable::PyLockView>()?;
+    m.add_class::<stats::PyLockStatistics>()?;
     m.add_class::<cancel::PyCancelToken>()?;
     m.add_class::<unlock::PyUnlock>()?;
     m.add("_fast_calls", vectorcall::install(m.py())?)?;
