@@ -8,13 +8,14 @@
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
+use crate::core::acquire;
 use crate::core::cancel::CancelToken;
 use crate::core::deadline::Timeout;
 use crate::core::lock::{Lock, LockView};
 
 use super::args;
 use super::blocking::{self, thread_ident};
-use super::errors::{cancelled, to_pyerr, LockTimeout, WouldBlock};
+use super::errors::to_pyerr;
 use super::unlock::PyUnlock;
 
 /// Self-deadlock detection: a hold taken by `async with` in a task is tagged with the
@@ -52,18 +53,20 @@ impl TaskOwner {
     }
 }
 
-/// `acquire(cancel, *, deadline, blocking)` up to the hold; the caller wraps it.
+/// `acquire(cancel, *, deadline, blocking)` up to the hold; the caller wraps it. The
+/// rules are the core driver's (`core/acquire.rs`); this parses and waits with the GIL
+/// released.
 #[inline]
 pub(crate) fn lock(
     py: Python<'_>,
-    view: &LockView,
+    kind: &LockView,
     cancel: Option<&Bound<'_, PyAny>>,
     deadline: Option<&Bound<'_, PyAny>>,
     blocking: bool,
 ) -> PyResult<()> {
     if cancel.is_none() && deadline.is_none() && blocking {
         // The plain `acquire()`: nothing to parse or check.
-        return lock_plain(py, view);
+        return lock_plain(py, kind);
     }
     let timeout = args::timeout(deadline, "deadline")?;
     let token = args::token(cancel)?.map(|t| &t.get().token);
@@ -72,67 +75,50 @@ pub(crate) fn lock(
             "deadline cannot be given with blocking=False",
         ));
     }
-    if let Some(t) = token {
-        if t.is_cancelled() {
-            return Err(token_error(py, t));
-        }
+    match acquire::try_first(kind, token, timeout, blocking) {
+        Ok(true) => Ok(()),
+        Ok(false) => lock_contended(py, kind, token, timeout),
+        Err(e) => Err(to_pyerr::<PyErr>(py, e)),
     }
-    if view.try_lock() {
-        return Ok(());
-    }
-    lock_contended(py, view, token, timeout, blocking)
 }
 
+/// The wait of an acquire that may wait (the driver's rule 4).
 #[cold]
 fn lock_contended(
     py: Python<'_>,
-    view: &LockView,
+    kind: &LockView,
     token: Option<&CancelToken>,
     timeout: Timeout,
-    blocking: bool,
 ) -> PyResult<()> {
-    if !blocking {
-        return Err(WouldBlock::new_err("the lock is taken"));
+    if token.is_none() && timeout.is_never() {
+        TaskOwner::check(kind)?;
     }
-    if timeout.is_now() {
-        return Err(LockTimeout::new_err("the lock is taken (deadline=0)"));
-    }
-    if token.is_none() && timeout.duration().is_none() {
-        TaskOwner::check(view)?;
-    }
-    blocking::lock(py, view, token, timeout.deadline()).map_err(|e| to_pyerr(py, e))
-}
-
-pub(crate) fn token_error(py: Python<'_>, t: &CancelToken) -> PyErr {
-    match t.reason() {
-        Some(r) => cancelled(py, &r),
-        None => PyRuntimeError::new_err("BUG: a cancelled token has no reason"),
-    }
+    blocking::lock(py, kind, token, timeout.deadline()).map_err(|e| to_pyerr(py, e))
 }
 
 /// The plain `acquire()`: the CAS, else the contended path with no deadline and no token.
 #[inline]
-fn lock_plain(py: Python<'_>, view: &LockView) -> PyResult<()> {
-    if view.try_lock() {
+fn lock_plain(py: Python<'_>, kind: &LockView) -> PyResult<()> {
+    if kind.try_lock() {
         return Ok(());
     }
-    lock_contended(py, view, None, Timeout::NEVER, true)
+    lock_contended(py, kind, None, Timeout::NEVER)
 }
 
 /// `__enter__`: the plain acquire, kept as a scoped hold (`LockView::scope_hold`), which
 /// only an `__exit__`/`__aexit__` releases.
 #[inline]
-pub(crate) fn enter(py: Python<'_>, view: &LockView) -> PyResult<()> {
-    lock_plain(py, view)?;
-    view.scope_hold();
+pub(crate) fn enter(py: Python<'_>, kind: &LockView) -> PyResult<()> {
+    lock_plain(py, kind)?;
+    kind.scope_hold();
     Ok(())
 }
 
 /// `__exit__`/`__aexit__`: release a hold taken by `with`/`async with`, never one that
 /// belongs to an `Unlock`.
 #[inline]
-pub(crate) fn exit(view: &LockView) -> PyResult<()> {
-    if view.unlock_scoped() {
+pub(crate) fn exit(kind: &LockView) -> PyResult<()> {
+    if kind.unlock_scoped() {
         return Ok(());
     }
     Err(PyRuntimeError::new_err(
@@ -147,7 +133,7 @@ macro_rules! lock_methods {
     ($class:ident { $($extra:tt)* }) => {
         impl $crate::python::vectorcall::FastAcquire for $class {
             fn view(&self) -> &$crate::core::lock::LockView {
-                $class::view(self)
+                $class::kind(self)
             }
 
             fn owner(slf: Py<Self>) -> $crate::python::unlock::Owner {
@@ -196,22 +182,22 @@ macro_rules! lock_methods {
                 deadline: Option<&Bound<'_, PyAny>>,
                 #[pyo3(from_py_with = $crate::python::args::truthy)] blocking: bool,
             ) -> PyResult<PyUnlock> {
-                $crate::python::lock::lock(slf.py(), slf.get().view(), cancel, deadline, blocking)?;
+                $crate::python::lock::lock(slf.py(), slf.get().kind(), cancel, deadline, blocking)?;
                 Ok(PyUnlock::new(slf.clone().unbind().into()))
             }
 
             /// Acquire without waiting; ``None`` if the lock is taken.
             fn try_acquire(slf: &Bound<'_, Self>) -> Option<PyUnlock> {
-                slf.get().view().try_lock().then(|| PyUnlock::new(slf.clone().unbind().into()))
+                slf.get().kind().try_lock().then(|| PyUnlock::new(slf.clone().unbind().into()))
             }
 
             /// True while the lock is held (in this view's mode, for a ``SharableLock`` view).
             fn locked(&self) -> bool {
-                self.view().is_locked()
+                self.kind().is_locked()
             }
 
             fn __enter__(&self, py: Python<'_>) -> PyResult<()> {
-                $crate::python::lock::enter(py, self.view())
+                $crate::python::lock::enter(py, self.kind())
             }
 
             fn __exit__(
@@ -220,7 +206,7 @@ macro_rules! lock_methods {
                 _exc: &Bound<'_, PyAny>,
                 _tb: &Bound<'_, PyAny>,
             ) -> PyResult<()> {
-                $crate::python::lock::exit(self.view())
+                $crate::python::lock::exit(self.kind())
             }
 
             /// ``await`` to acquire from an asyncio task; the same queue as threads use.
@@ -239,11 +225,11 @@ macro_rules! lock_methods {
                 cancel: Option<&Bound<'py, PyAny>>,
                 deadline: Option<&Bound<'py, PyAny>>,
             ) -> PyResult<Bound<'py, PyAny>> {
-                $crate::python::asyncio::acquire(slf.as_any(), slf.get().view(), cancel, deadline)
+                $crate::python::asyncio::acquire(slf.as_any(), cancel, deadline)
             }
 
             fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-                $crate::python::asyncio::enter(slf.as_any(), slf.get().view())
+                $crate::python::asyncio::enter(slf.as_any(), slf.get().kind())
             }
 
             fn __aexit__<'py>(
@@ -253,7 +239,7 @@ macro_rules! lock_methods {
                 _exc: &Bound<'py, PyAny>,
                 _tb: &Bound<'py, PyAny>,
             ) -> PyResult<Bound<'py, PyAny>> {
-                $crate::python::asyncio::exit(py, self.view())
+                $crate::python::asyncio::exit(py, self.kind())
             }
 
             fn _queue_task(
@@ -286,7 +272,7 @@ pub(crate) struct PyLock {
 
 impl PyLock {
     #[inline]
-    pub(crate) fn view(&self) -> &LockView {
+    pub(crate) fn kind(&self) -> &LockView {
         &self.lock
     }
 }

@@ -82,7 +82,7 @@ pub(crate) struct PyLockView {
 
 impl PyLockView {
     #[inline]
-    pub(crate) fn view(&self) -> &LockView {
+    pub(crate) fn kind(&self) -> &LockView {
         &self.view
     }
 }

@@ -29,8 +29,8 @@ impl Owner {
     pub(crate) fn view(&self) -> &LockView {
         // `get` needs no GIL: both classes are frozen.
         match self {
-            Owner::Lock(l) => l.get().view(),
-            Owner::View(v) => v.get().view(),
+            Owner::Lock(l) => l.get().kind(),
+            Owner::View(v) => v.get().kind(),
         }
     }
 
