@@ -18,7 +18,7 @@ use super::slot::{Policy, Slot, SlotWaiter};
 use super::state::{readers, WRITER};
 use super::sync::{lock, Arc};
 use super::task::TaskWait;
-use super::unlock::Unlock;
+use super::unlock::{Hold, Unlock};
 use super::wait::{ThreadWait, Wait};
 use super::waiter::{Mode, Waiter};
 
@@ -52,6 +52,14 @@ impl RawLock for LockView {
             slot: self.slot.clone(),
             waiter,
         })
+    }
+}
+
+/// An [`Unlock`] of the in-process kind releases one hold of its view.
+impl Hold for LockView {
+    #[inline]
+    fn release(&self) -> bool {
+        self.slot.release(self.mode)
     }
 }
 
@@ -124,12 +132,12 @@ impl LockView {
     }
 
     /// Acquire without waiting.
-    pub fn try_acquire(&self) -> Option<Unlock> {
+    pub fn try_acquire(&self) -> Option<Unlock<LockView>> {
         self.try_lock().then(|| Unlock::new(self.clone()))
     }
 
     /// Acquire and return the once-only [`Unlock`]; see [`LockView::lock`].
-    pub fn acquire<E>(&self, wait: Wait<'_, E>) -> Result<Unlock, AcquireError<E>> {
+    pub fn acquire<E>(&self, wait: Wait<'_, E>) -> Result<Unlock<LockView>, AcquireError<E>> {
         self.lock(wait).map(|()| Unlock::new(self.clone()))
     }
 
@@ -284,5 +292,5 @@ fn _assert_send_sync() {
     is::<SharableLock>();
     is::<LockView>();
     is::<CancelToken>();
-    is::<Unlock>();
+    is::<Unlock<LockView>>();
 }

@@ -31,7 +31,7 @@ use pyo3::types::{PyIterator, PyType};
 
 use crate::core::acquire;
 use crate::core::deadline::Timeout;
-use crate::core::lock::LockView;
+use crate::core::raw::RawLock;
 use crate::core::task::TaskWait;
 
 use super::args;
@@ -39,8 +39,9 @@ use super::blocking::thread_ident;
 use super::cancel::PyCancelToken;
 use super::dealloc::exception_set_aside;
 use super::errors::to_pyerr;
+use super::kind::{Kind, Owner};
 use super::lock::TaskOwner;
-use super::unlock::{Owner, PyUnlock};
+use super::unlock::PyUnlock;
 
 /// A function of the Python half, `ctxlock._asyncio`, looked up once.
 macro_rules! shim_fn {
@@ -54,38 +55,42 @@ pub(crate) use shim_fn;
 /// `acquire_async(cancel, *, deadline)`: the arguments are checked now, the lock is
 /// touched only when the result is awaited (see [`Acquire`]).
 pub(crate) fn acquire<'py>(
-    lock: &Bound<'py, PyAny>,
+    py: Python<'py>,
+    owner: Owner,
     cancel: Option<&Bound<'py, PyAny>>,
     deadline: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let timeout = args::timeout(deadline, "deadline")?;
     let token = args::token(cancel)?.map(|t| t.clone().unbind());
-    Acquire::create(lock, Step::Start { token, timeout }, true)
+    Acquire::create(py, owner, Step::Start { token, timeout }, true)
 }
 
 /// `__aenter__`. `async with` awaits at once, so the uncontended path takes the lock here
 /// and returns the shared finished awaitable (the cheapest `async with`); a contended one
 /// returns an [`Acquire`] that waits.
-pub(crate) fn enter<'py>(lock: &Bound<'py, PyAny>, view: &LockView) -> PyResult<Bound<'py, PyAny>> {
-    let py = lock.py();
+pub(crate) fn enter<'py, K: Kind>(
+    py: Python<'py>,
+    kind: &K,
+    owner: impl FnOnce() -> Owner,
+) -> PyResult<Bound<'py, PyAny>> {
     if trio_loaded(py)? {
         // Under trio a free lock would be taken and a taken one fail: fail both alike.
         running_loop(py)?;
     }
-    if view.try_lock() {
-        view.scope_hold();
-        TaskOwner::set(view);
+    if RawLock::try_lock(kind) {
+        kind.scope_hold();
+        TaskOwner::set(kind);
         return Ready::done(py);
     }
     let start = Step::Start {
         token: None,
         timeout: Timeout::NEVER,
     };
-    Acquire::create(lock, start, false)
+    Acquire::create(py, owner(), start, false)
 }
 
 /// `__aexit__`.
-pub(crate) fn exit<'py>(py: Python<'py>, kind: &LockView) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn exit<'py, K: Kind>(py: Python<'py>, kind: &K) -> PyResult<Bound<'py, PyAny>> {
     super::lock::exit(kind)?;
     // `async with` runs on the task's loop thread, the thread its hold was tagged with.
     TaskOwner::clear(kind);
@@ -160,7 +165,7 @@ impl Ready {
 /// `except` and [`Waiting`]'s `Drop`), so no stage leaks the lock or grants it twice.
 #[pyclass(name = "_Acquire", module = "ctxlock", frozen)]
 pub(crate) struct Acquire {
-    lock: Py<PyAny>,
+    owner: Owner,
     /// `acquire_async` returns an `Unlock`; `__aenter__` tags the hold and returns None.
     want_unlock: bool,
     /// Invariant: `Running` exactly while a step runs (taken out, so no Python code runs
@@ -197,17 +202,18 @@ enum Suspend {
 }
 
 impl Acquire {
-    fn create<'py>(
-        lock: &Bound<'py, PyAny>,
+    fn create(
+        py: Python<'_>,
+        owner: Owner,
         start: Step,
         want_unlock: bool,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    ) -> PyResult<Bound<'_, PyAny>> {
         let acquire = Acquire {
-            lock: lock.clone().unbind(),
+            owner,
             want_unlock,
             state: Mutex::new(start),
         };
-        Ok(Bound::new(lock.py(), acquire)?.into_any())
+        Ok(Bound::new(py, acquire)?.into_any())
     }
 
     fn take(&self) -> Step {
@@ -295,15 +301,14 @@ impl Acquire {
     ) -> PyResult<Suspend> {
         // Only `acquire_async` gets here on a free lock; see `enter` for `async with`.
         let event_loop = running_loop(py)?;
-        let lock = self.lock.bind(py);
-        let view = Owner::of(lock).view().clone();
         let cancel = token.as_ref().map(|t| &t.get().token);
-        match acquire::try_first::<_, Infallible>(&view, cancel, timeout, true) {
-            Ok(true) => return Ok(Suspend::Return(self.held(py, &view)?)),
+        match acquire::try_first::<_, Infallible>(&self.owner, cancel, timeout, true) {
+            Ok(true) => return Ok(Suspend::Return(self.held(py)?)),
             Ok(false) => {}
             Err(e) => return Err(to_pyerr(py, e)),
         }
         if token.is_some() || !timeout.is_never() {
+            let lock = self.owner.object().bind(py);
             let secs = timeout.duration().map(|d| d.as_secs_f64());
             let coro = shim_fn!(py, "acquire")?.call1((lock, token, secs))?;
             return shim_step(
@@ -315,7 +320,7 @@ impl Acquire {
         }
         let fut = event_loop.call_method0(intern!(py, "create_future"))?;
         let fut_iter = fut.try_iter()?;
-        let waiting = Waiting::queue(lock, event_loop.unbind(), fut.unbind());
+        let waiting = Waiting::queue(self.owner.clone_ref(py), event_loop.unbind(), fut.unbind());
         if waiting.granted() {
             return self.finish(py, &waiting);
         }
@@ -323,13 +328,13 @@ impl Acquire {
     }
 
     /// The value of an acquire that holds the lock.
-    fn held(&self, py: Python<'_>, view: &LockView) -> PyResult<Option<Py<PyAny>>> {
+    fn held(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
         if self.want_unlock {
-            let unlock = PyUnlock::new(Owner::of(self.lock.bind(py)));
+            let unlock = PyUnlock::new(self.owner.clone_ref(py));
             Ok(Some(Py::new(py, unlock)?.into_any()))
         } else {
-            view.scope_hold();
-            TaskOwner::set(view);
+            self.owner.kind().scope_hold();
+            TaskOwner::set(self.owner.kind());
             Ok(None)
         }
     }
@@ -442,7 +447,7 @@ struct Doorbell {
     /// The thread that runs `event_loop` (the task queued from it, see `Waiting::queue`).
     loop_thread: u64,
     fut: Py<PyAny>,
-    wait: OnceLock<Weak<TaskWait<LockView>>>,
+    wait: OnceLock<Weak<TaskWait<Owner>>>,
 }
 
 impl Doorbell {
@@ -514,28 +519,22 @@ impl Wake for Doorbell {
 /// One queued asynchronous acquire; the core's `TaskWait` settles it exactly once.
 #[pyclass(name = "_Waiting", module = "ctxlock", frozen)]
 pub(crate) struct Waiting {
-    wait: Arc<TaskWait<LockView>>,
-    /// The lock object, for the `Unlock` a successful wait returns.
-    lock: Py<PyAny>,
+    wait: Arc<TaskWait<Owner>>,
 }
 
 impl Waiting {
     /// Queue a task of `event_loop`; called from a task, so on the thread running that
     /// loop (the doorbell relies on it).
-    pub(crate) fn queue(lock: &Bound<'_, PyAny>, event_loop: Py<PyAny>, fut: Py<PyAny>) -> Waiting {
-        let view = Owner::of(lock).view().clone();
+    pub(crate) fn queue(owner: Owner, event_loop: Py<PyAny>, fut: Py<PyAny>) -> Waiting {
         let bell = Arc::new(Doorbell {
             event_loop,
             loop_thread: thread_ident(),
             fut,
             wait: OnceLock::new(),
         });
-        let wait = Arc::new(TaskWait::start(view, Waker::from(bell.clone())));
+        let wait = Arc::new(TaskWait::start(owner, Waker::from(bell.clone())));
         let _ = bell.wait.set(Arc::downgrade(&wait));
-        Waiting {
-            wait,
-            lock: lock.clone().unbind(),
-        }
+        Waiting { wait }
     }
 }
 
@@ -569,12 +568,12 @@ impl Waiting {
         self.wait
             .finish::<Infallible>(cancel)
             .map_err(|e| to_pyerr(py, e))?;
-        let view = self.wait.view();
+        let owner = self.wait.view();
         if want_unlock {
-            Ok(Some(PyUnlock::new(Owner::of(self.lock.bind(py)))))
+            Ok(Some(PyUnlock::new(owner.clone_ref(py))))
         } else {
-            view.scope_hold();
-            TaskOwner::set(view);
+            owner.kind().scope_hold();
+            TaskOwner::set(owner.kind());
             Ok(None)
         }
     }

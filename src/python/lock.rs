@@ -12,10 +12,12 @@ use crate::core::acquire;
 use crate::core::cancel::CancelToken;
 use crate::core::deadline::Timeout;
 use crate::core::lock::{Lock, LockView};
+use crate::core::raw::RawLock;
 
 use super::args;
 use super::blocking::{self, thread_ident};
 use super::errors::to_pyerr;
+use super::kind::{DynKind, Kind};
 use super::unlock::PyUnlock;
 
 /// Self-deadlock detection: a hold taken by `async with` in a task is tagged with the
@@ -32,17 +34,17 @@ pub(crate) struct TaskOwner;
 
 impl TaskOwner {
     /// Tag a hold just taken by `async with`.
-    pub(crate) fn set(view: &LockView) {
-        view.tag_hold(thread_ident());
+    pub(crate) fn set(kind: &(impl DynKind + ?Sized)) {
+        kind.tag_hold(thread_ident());
     }
 
     /// Untag a hold that `__aexit__` (on the loop's thread) released.
-    pub(crate) fn clear(view: &LockView) {
-        view.untag_hold(thread_ident());
+    pub(crate) fn clear(kind: &(impl DynKind + ?Sized)) {
+        kind.untag_hold(thread_ident());
     }
 
-    fn check(view: &LockView) -> PyResult<()> {
-        if view.has_tagged_hold(thread_ident()) {
+    fn check(kind: &(impl DynKind + ?Sized)) -> PyResult<()> {
+        if kind.has_tagged_hold(thread_ident()) {
             return Err(PyRuntimeError::new_err(
                 "deadlock: a blocking acquire with no deadline and no token on an event \
                  loop's thread, while a task of that loop holds the lock by `async with`; \
@@ -57,9 +59,9 @@ impl TaskOwner {
 /// rules are the core driver's (`core/acquire.rs`); this parses and waits with the GIL
 /// released.
 #[inline]
-pub(crate) fn lock(
+pub(crate) fn lock<K: Kind>(
     py: Python<'_>,
-    kind: &LockView,
+    kind: &K,
     cancel: Option<&Bound<'_, PyAny>>,
     deadline: Option<&Bound<'_, PyAny>>,
     blocking: bool,
@@ -84,9 +86,9 @@ pub(crate) fn lock(
 
 /// The wait of an acquire that may wait (the driver's rule 4).
 #[cold]
-fn lock_contended(
+fn lock_contended<K: Kind>(
     py: Python<'_>,
-    kind: &LockView,
+    kind: &K,
     token: Option<&CancelToken>,
     timeout: Timeout,
 ) -> PyResult<()> {
@@ -98,8 +100,8 @@ fn lock_contended(
 
 /// The plain `acquire()`: the CAS, else the contended path with no deadline and no token.
 #[inline]
-fn lock_plain(py: Python<'_>, kind: &LockView) -> PyResult<()> {
-    if kind.try_lock() {
+fn lock_plain<K: Kind>(py: Python<'_>, kind: &K) -> PyResult<()> {
+    if RawLock::try_lock(kind) {
         return Ok(());
     }
     lock_contended(py, kind, None, Timeout::NEVER)
@@ -108,7 +110,7 @@ fn lock_plain(py: Python<'_>, kind: &LockView) -> PyResult<()> {
 /// `__enter__`: the plain acquire, kept as a scoped hold (`LockView::scope_hold`), which
 /// only an `__exit__`/`__aexit__` releases.
 #[inline]
-pub(crate) fn enter(py: Python<'_>, kind: &LockView) -> PyResult<()> {
+pub(crate) fn enter<K: Kind>(py: Python<'_>, kind: &K) -> PyResult<()> {
     lock_plain(py, kind)?;
     kind.scope_hold();
     Ok(())
@@ -117,7 +119,7 @@ pub(crate) fn enter(py: Python<'_>, kind: &LockView) -> PyResult<()> {
 /// `__exit__`/`__aexit__`: release a hold taken by `with`/`async with`, never one that
 /// belongs to an `Unlock`.
 #[inline]
-pub(crate) fn exit(kind: &LockView) -> PyResult<()> {
+pub(crate) fn exit<K: Kind>(kind: &K) -> PyResult<()> {
     if kind.unlock_scoped() {
         return Ok(());
     }
@@ -130,14 +132,13 @@ pub(crate) fn exit(kind: &LockView) -> PyResult<()> {
 /// block cannot be inherited, and a Python base class would make the views subclassable),
 /// and their hand-written `acquire` entry point (`vectorcall.rs`).
 macro_rules! lock_methods {
-    ($class:ident { $($extra:tt)* }) => {
+    ($class:ident($kind:ty) { $($extra:tt)* }) => {
         impl $crate::python::vectorcall::FastAcquire for $class {
-            fn view(&self) -> &$crate::core::lock::LockView {
-                $class::kind(self)
-            }
+            type Kind = $kind;
 
-            fn owner(slf: Py<Self>) -> $crate::python::unlock::Owner {
-                slf.into()
+            #[inline]
+            fn kind(&self) -> &$kind {
+                $class::kind(self)
             }
 
             fn generated() -> &'static std::sync::OnceLock<pyo3::ffi::PyCFunctionFastWithKeywords> {
@@ -182,18 +183,21 @@ macro_rules! lock_methods {
                 deadline: Option<&Bound<'_, PyAny>>,
                 #[pyo3(from_py_with = $crate::python::args::truthy)] blocking: bool,
             ) -> PyResult<PyUnlock> {
+                use $crate::python::vectorcall::FastAcquire;
                 $crate::python::lock::lock(slf.py(), slf.get().kind(), cancel, deadline, blocking)?;
-                Ok(PyUnlock::new(slf.clone().unbind().into()))
+                Ok(PyUnlock::new(Self::owner(slf.clone().unbind())))
             }
 
             /// Acquire without waiting; ``None`` if the lock is taken.
             fn try_acquire(slf: &Bound<'_, Self>) -> Option<PyUnlock> {
-                slf.get().kind().try_lock().then(|| PyUnlock::new(slf.clone().unbind().into()))
+                use $crate::python::vectorcall::FastAcquire;
+                $crate::core::raw::RawLock::try_lock(slf.get().kind())
+                    .then(|| PyUnlock::new(Self::owner(slf.clone().unbind())))
             }
 
             /// True while the lock is held (in this view's mode, for a ``SharableLock`` view).
             fn locked(&self) -> bool {
-                self.kind().is_locked()
+                $crate::python::kind::Kind::is_locked(self.kind())
             }
 
             fn __enter__(&self, py: Python<'_>) -> PyResult<()> {
@@ -225,11 +229,13 @@ macro_rules! lock_methods {
                 cancel: Option<&Bound<'py, PyAny>>,
                 deadline: Option<&Bound<'py, PyAny>>,
             ) -> PyResult<Bound<'py, PyAny>> {
-                $crate::python::asyncio::acquire(slf.as_any(), cancel, deadline)
+                use $crate::python::vectorcall::FastAcquire;
+                $crate::python::asyncio::acquire(slf.py(), Self::owner(slf.clone().unbind()), cancel, deadline)
             }
 
             fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-                $crate::python::asyncio::enter(slf.as_any(), slf.get().kind())
+                use $crate::python::vectorcall::FastAcquire;
+                $crate::python::asyncio::enter(slf.py(), slf.get().kind(), || Self::owner(slf.clone().unbind()))
             }
 
             fn __aexit__<'py>(
@@ -247,7 +253,8 @@ macro_rules! lock_methods {
                 loop_: Py<PyAny>,
                 fut: Py<PyAny>,
             ) -> $crate::python::asyncio::Waiting {
-                $crate::python::asyncio::Waiting::queue(slf.as_any(), loop_, fut)
+                use $crate::python::vectorcall::FastAcquire;
+                $crate::python::asyncio::Waiting::queue(Self::owner(slf.clone().unbind()), loop_, fut)
             }
 
             fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<()> {
@@ -277,13 +284,7 @@ impl PyLock {
     }
 }
 
-impl From<Py<PyLock>> for super::unlock::Owner {
-    fn from(lock: Py<PyLock>) -> Self {
-        super::unlock::Owner::Lock(lock)
-    }
-}
-
-lock_methods!(PyLock {
+lock_methods!(PyLock(LockView) {
     #[new]
     #[pyo3(signature = (*, fair = false))]
     fn new(fair: bool) -> Self {

@@ -8,6 +8,7 @@ mod blocking;
 pub(crate) mod cancel;
 mod dealloc;
 mod errors;
+mod kind;
 pub(crate) mod lock;
 mod sharable;
 mod unlock;

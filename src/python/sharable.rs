@@ -87,13 +87,7 @@ impl PyLockView {
     }
 }
 
-impl From<Py<PyLockView>> for super::unlock::Owner {
-    fn from(view: Py<PyLockView>) -> Self {
-        super::unlock::Owner::View(view)
-    }
-}
-
-lock_methods!(PyLockView {
+lock_methods!(PyLockView(LockView) {
     /// True for ``rw.shared``, False for ``rw.exclusive``.
     #[getter]
     fn shared(&self) -> bool {

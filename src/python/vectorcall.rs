@@ -31,20 +31,27 @@ use pyo3::prelude::*;
 use pyo3::pyclass::boolean_struct::True;
 use pyo3::PyClass;
 
-use crate::core::lock::LockView;
+use crate::core::raw::RawLock;
 
 use super::args;
+use super::kind::{Kind, Owner};
 use super::lock::PyLock;
 use super::sharable::PyLockView;
-use super::unlock::{Owner, PyUnlock};
+use super::unlock::PyUnlock;
 
-/// The classes whose `acquire` gets the hand-written entry point: `Lock` and `LockView`,
-/// which implement it in `lock_methods!` (with the rest of the members they share).
+/// The lock classes, whose `acquire` gets the hand-written entry point: every class
+/// `lock_methods!` generates the members for, whatever its kind of lock.
 pub(crate) trait FastAcquire: PyClass<Frozen = True> + Sync {
-    fn view(&self) -> &LockView;
+    type Kind: Kind;
+
+    /// The lock inside the object.
+    fn kind(&self) -> &Self::Kind;
 
     /// The owner an `Unlock` of this lock keeps.
-    fn owner(slf: Py<Self>) -> Owner;
+    #[inline]
+    fn owner(slf: Py<Self>) -> Owner {
+        Owner::new(slf, |lock| lock.kind())
+    }
 
     /// The `acquire` PyO3 generated, which takes every call the fast path does not.
     fn generated() -> &'static OnceLock<ffi::PyCFunctionFastWithKeywords>;
@@ -90,7 +97,7 @@ unsafe extern "C" fn acquire<T: FastAcquire>(
         // SAFETY: `args` holds `nargs` positional arguments and then one value per keyword
         // name, all borrowed for the call; `kwnames` is NULL or a tuple of str.
         let fast = nargs == 0 && unsafe { plain_or_deadline(py, args, kwnames) };
-        if fast && lock.get().view().try_lock() {
+        if fast && RawLock::try_lock(lock.get().kind()) {
             return new_unlock(lock);
         }
         // SAFETY: `kwnames` as above.
