@@ -1,4 +1,15 @@
 //! The pure-Rust core: no Python here, testable with `cargo test` and loom.
+//!
+//! Layers, each module using only those above it (`scripts/check-layers.py` checks that
+//! the modules form no cycle):
+//! - tokens and time, with no lock knowledge: `sync`, `deadline`, `park`, `runner`,
+//!   `timer` (expires whatever implements its `Expire`), `fork` (what a forked child
+//!   mends), `cancel`, `token_wait`;
+//! - the seam every kind of lock plugs into, and the rules written once over it:
+//!   `error`, `raw` (the `RawLock` trait), `give_up`, `wait` (a thread's wait), `task` (a
+//!   task's wait), `acquire` (the argument rules), `unlock` (the once-only release);
+//! - the in-process slot: `waiter`, `queue`, `state`, `slot`;
+//! - the kinds of lock and the nouns on top: `lock` (`LockView` is the in-process kind).
 
 pub mod acquire;
 pub mod cancel;

@@ -40,17 +40,9 @@ use super::cancel::PyCancelToken;
 use super::dealloc::exception_set_aside;
 use super::errors::to_pyerr;
 use super::kind::{Kind, Owner};
-use super::lock::TaskOwner;
+use super::shim::shim_fn;
+use super::task_owner::TaskOwner;
 use super::unlock::PyUnlock;
-
-/// A function of the Python half, `ctxlock._asyncio`, looked up once.
-macro_rules! shim_fn {
-    ($py:expr, $name:literal) => {{
-        static FUNCTION: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-        FUNCTION.import($py, "ctxlock._asyncio", $name)
-    }};
-}
-pub(crate) use shim_fn;
 
 /// `acquire_async(cancel, *, deadline)`: the arguments are checked now, the lock is
 /// touched only when the result is awaited (see [`Acquire`]).
@@ -61,7 +53,7 @@ pub(crate) fn acquire<'py>(
     deadline: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let timeout = args::timeout(deadline, "deadline")?;
-    let token = args::token(cancel)?.map(|t| t.clone().unbind());
+    let token = super::cancel::token(cancel)?.map(|t| t.clone().unbind());
     Acquire::create(py, owner, Step::Start { token, timeout }, true)
 }
 
@@ -91,7 +83,7 @@ pub(crate) fn enter<'py, K: Kind>(
 
 /// `__aexit__`.
 pub(crate) fn exit<'py, K: Kind>(py: Python<'py>, kind: &K) -> PyResult<Bound<'py, PyAny>> {
-    super::lock::exit(kind)?;
+    super::acquire::exit(kind)?;
     // `async with` runs on the task's loop thread, the thread its hold was tagged with.
     TaskOwner::clear(kind);
     Ready::done(py)

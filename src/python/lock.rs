@@ -1,132 +1,10 @@
-//! `ctxlock.Lock`, and the members it shares with the `SharableLock` views.
-//!
-//! Every acquire runs the same three steps: parse the arguments (no clock), check the
-//! token and try the CAS with the GIL held; only if the CAS fails does it go to the
-//! `#[cold]` contended path, which reads the clock and releases the GIL while it waits.
-//! `with lock:` uses the CAS directly and creates no `Unlock` object.
+//! `ctxlock.Lock`, and the members every lock class shares (`lock_methods!`).
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::core::acquire;
-use crate::core::cancel::CancelToken;
-use crate::core::deadline::Timeout;
 use crate::core::lock::{Lock, LockView};
-use crate::core::raw::RawLock;
 
-use super::args;
-use super::blocking::{self, thread_ident};
-use super::errors::to_pyerr;
-use super::kind::{DynKind, Kind};
 use super::unlock::PyUnlock;
-
-/// Self-deadlock detection: a hold taken by `async with` in a task is tagged with the
-/// thread of the task's event loop, from `__aenter__` until its `__aexit__`.
-///
-/// The rule: a blocking acquire raises `RuntimeError` instead of waiting exactly when
-/// its wait could never end: it has no deadline and no token, it runs on a thread whose
-/// event loop has a task holding the lock by `async with`, and it has to wait. That
-/// hold ends only with the task's `__aexit__`, which runs on this loop, which this wait
-/// blocks. Nothing else is a provable deadlock, so nothing else raises: a wait with a
-/// deadline or a token ends (with `LockTimeout` or `Cancelled`), and a hold owned by an
-/// `Unlock` may be released from any thread (the task may have handed it to one).
-pub(crate) struct TaskOwner;
-
-impl TaskOwner {
-    /// Tag a hold just taken by `async with`.
-    pub(crate) fn set(kind: &(impl DynKind + ?Sized)) {
-        kind.tag_hold(thread_ident());
-    }
-
-    /// Untag a hold that `__aexit__` (on the loop's thread) released.
-    pub(crate) fn clear(kind: &(impl DynKind + ?Sized)) {
-        kind.untag_hold(thread_ident());
-    }
-
-    fn check(kind: &(impl DynKind + ?Sized)) -> PyResult<()> {
-        if kind.has_tagged_hold(thread_ident()) {
-            return Err(PyRuntimeError::new_err(
-                "deadlock: a blocking acquire with no deadline and no token on an event \
-                 loop's thread, while a task of that loop holds the lock by `async with`; \
-                 use `await lock.acquire_async()` in the event loop",
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// `acquire(cancel, *, deadline, blocking)` up to the hold; the caller wraps it. The
-/// rules are the core driver's (`core/acquire.rs`); this parses and waits with the GIL
-/// released.
-#[inline]
-pub(crate) fn lock<K: Kind>(
-    py: Python<'_>,
-    kind: &K,
-    cancel: Option<&Bound<'_, PyAny>>,
-    deadline: Option<&Bound<'_, PyAny>>,
-    blocking: bool,
-) -> PyResult<()> {
-    if cancel.is_none() && deadline.is_none() && blocking {
-        // The plain `acquire()`: nothing to parse or check.
-        return lock_plain(py, kind);
-    }
-    let timeout = args::timeout(deadline, "deadline")?;
-    let token = args::token(cancel)?.map(|t| &t.get().token);
-    if !blocking && deadline.is_some_and(|d| !d.is_none()) {
-        return Err(PyValueError::new_err(
-            "deadline cannot be given with blocking=False",
-        ));
-    }
-    match acquire::try_first(kind, token, timeout, blocking) {
-        Ok(true) => Ok(()),
-        Ok(false) => lock_contended(py, kind, token, timeout),
-        Err(e) => Err(to_pyerr::<PyErr>(py, e)),
-    }
-}
-
-/// The wait of an acquire that may wait (the driver's rule 4).
-#[cold]
-fn lock_contended<K: Kind>(
-    py: Python<'_>,
-    kind: &K,
-    token: Option<&CancelToken>,
-    timeout: Timeout,
-) -> PyResult<()> {
-    if token.is_none() && timeout.is_never() {
-        TaskOwner::check(kind)?;
-    }
-    blocking::lock(py, kind, token, timeout.deadline()).map_err(|e| to_pyerr(py, e))
-}
-
-/// The plain `acquire()`: the CAS, else the contended path with no deadline and no token.
-#[inline]
-fn lock_plain<K: Kind>(py: Python<'_>, kind: &K) -> PyResult<()> {
-    if RawLock::try_lock(kind) {
-        return Ok(());
-    }
-    lock_contended(py, kind, None, Timeout::NEVER)
-}
-
-/// `__enter__`: the plain acquire, kept as a scoped hold (`LockView::scope_hold`), which
-/// only an `__exit__`/`__aexit__` releases.
-#[inline]
-pub(crate) fn enter<K: Kind>(py: Python<'_>, kind: &K) -> PyResult<()> {
-    lock_plain(py, kind)?;
-    kind.scope_hold();
-    Ok(())
-}
-
-/// `__exit__`/`__aexit__`: release a hold taken by `with`/`async with`, never one that
-/// belongs to an `Unlock`.
-#[inline]
-pub(crate) fn exit<K: Kind>(kind: &K) -> PyResult<()> {
-    if kind.unlock_scoped() {
-        return Ok(());
-    }
-    Err(PyRuntimeError::new_err(
-        "release of a lock that is not held by a with statement",
-    ))
-}
 
 /// The members `Lock` and `LockView` share, generated for both classes (a `#[pymethods]`
 /// block cannot be inherited, and a Python base class would make the views subclassable),
@@ -139,6 +17,12 @@ macro_rules! lock_methods {
             #[inline]
             fn kind(&self) -> &$kind {
                 $class::kind(self)
+            }
+
+            #[inline]
+            fn acquired<'py>(lock: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+                let owner = Self::owner(lock.clone().unbind());
+                Ok(Bound::new(lock.py(), PyUnlock::new(owner))?.into_any())
             }
 
             fn generated() -> &'static std::sync::OnceLock<pyo3::ffi::PyCFunctionFastWithKeywords> {
@@ -184,7 +68,7 @@ macro_rules! lock_methods {
                 #[pyo3(from_py_with = $crate::python::args::truthy)] blocking: bool,
             ) -> PyResult<PyUnlock> {
                 use $crate::python::vectorcall::FastAcquire;
-                $crate::python::lock::lock(slf.py(), slf.get().kind(), cancel, deadline, blocking)?;
+                $crate::python::acquire::lock(slf.py(), slf.get().kind(), cancel, deadline, blocking)?;
                 Ok(PyUnlock::new(Self::owner(slf.clone().unbind())))
             }
 
@@ -201,7 +85,7 @@ macro_rules! lock_methods {
             }
 
             fn __enter__(&self, py: Python<'_>) -> PyResult<()> {
-                $crate::python::lock::enter(py, self.kind())
+                $crate::python::acquire::enter(py, self.kind())
             }
 
             fn __exit__(
@@ -210,7 +94,7 @@ macro_rules! lock_methods {
                 _exc: &Bound<'_, PyAny>,
                 _tb: &Bound<'_, PyAny>,
             ) -> PyResult<()> {
-                $crate::python::lock::exit(self.kind())
+                $crate::python::acquire::exit(self.kind())
             }
 
             /// ``await`` to acquire from an asyncio task; the same queue as threads use.

@@ -10,6 +10,7 @@ use crate::core::waiter::Mode;
 use super::cancel::PyCancelToken;
 use super::dealloc::{exception_set_aside, finalizing};
 use super::kind::Owner;
+use super::vectorcall::{call_unlock, FastCall};
 
 /// The once-only release of one acquire (Go's ``UnlockFunc``).
 ///
@@ -36,14 +37,9 @@ impl PyUnlock {
     #[inline]
     pub(crate) fn new(owner: Owner) -> PyUnlock {
         PyUnlock {
-            vectorcall: super::vectorcall::call_unlock,
+            vectorcall: call_unlock::<PyUnlock>,
             unlock: Unlock::new(owner),
         }
-    }
-
-    /// Where this object's vectorcall entry point is stored.
-    pub(crate) fn vectorcall_field(&self) -> *const pyo3::ffi::vectorcallfunc {
-        &self.vectorcall
     }
 
     /// Release if still held; true if this call released.
@@ -60,6 +56,20 @@ impl PyUnlock {
         {
             self.unlock.unlock()
         }
+    }
+}
+
+/// `unlock()` through the hand-written entry point (`vectorcall.rs`).
+// SAFETY: `PyUnlock::new`, the only constructor, stores `call_unlock::<PyUnlock>` in the
+// `vectorcall` field, which `vectorcall_field` points at.
+unsafe impl FastCall for PyUnlock {
+    #[inline]
+    fn call(&self) {
+        self.release();
+    }
+
+    fn vectorcall_field(&self) -> *const pyo3::ffi::vectorcallfunc {
+        &self.vectorcall
     }
 }
 
