@@ -5,15 +5,41 @@ Keep this file small: one section per helper, each used by several test files.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import gc
+import os
+import signal
 import sys
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from kinds import EXCLUSIVE_KINDS, KINDS, Kind, Target
+
+# --- constants ----------------------------------------------------------------------------------
+
+#: How long a test waits for something that should happen at once before it fails.
+PATIENCE = 5.0
+
+
+def _stress_seconds() -> float | None:
+    value = os.environ.get("CTXLOCK_STRESS_SECONDS", "").strip()
+    return float(value) if value else None
+
+
+#: ``CTXLOCK_STRESS_SECONDS`` (``make stress``), or None when unset. Each file keeps its own
+#: default: the races of the other files run briefly when it is unset (treat it as 0),
+#: ``test_stress.py`` runs 2 s per test.
+STRESS_SECONDS: float | None = _stress_seconds()
+#: Rounds of each race; a race also stops at RACE_SECONDS so a slow machine stays quick.
+#: `make stress` (CTXLOCK_STRESS_SECONDS) runs each race for that long instead.
+RACE_ROUNDS = 2000 if not STRESS_SECONDS or STRESS_SECONDS <= 0 else 1 << 62
+RACE_SECONDS = 2.0 if not STRESS_SECONDS or STRESS_SECONDS <= 0 else STRESS_SECONDS
 
 # --- threads: `spawn` -------------------------------------------------------------------------
 # Runs a function in a daemon thread and keeps its result or exception for the test, so a
@@ -86,7 +112,8 @@ def spawn() -> Iterator[Callable[..., Worker]]:
 # --- polling: `wait_until` --------------------------------------------------------------------
 
 
-def _wait_until(predicate: Callable[[], object], timeout: float = 5.0) -> bool:
+def wait_until(predicate: Callable[[], object], timeout: float = PATIENCE) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout`` passes; returns the last answer."""
     end = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() >= end:
@@ -95,10 +122,126 @@ def _wait_until(predicate: Callable[[], object], timeout: float = 5.0) -> bool:
     return True
 
 
-@pytest.fixture
-def wait_until() -> Callable[..., bool]:
+@pytest.fixture(name="wait_until")
+def _wait_until_fixture() -> Callable[..., bool]:
     """``wait_until(predicate, timeout=5.0)``: poll until true; returns the last answer."""
-    return _wait_until
+    return wait_until
+
+
+# --- lock kinds: `kind`, `target`, `exclusive_target`, `assert_free` --------------------------
+# The registry is tests/kinds.py; these fixtures run a test once per kind, named by the kind.
+
+
+@pytest.fixture(params=KINDS, ids=[k.name for k in KINDS])
+def target(request: pytest.FixtureRequest) -> Target:
+    """A fresh lock of each kind in ``KINDS``."""
+    kind: Kind = request.param
+    return kind.new()
+
+
+@pytest.fixture(params=EXCLUSIVE_KINDS, ids=[k.name for k in EXCLUSIVE_KINDS])
+def exclusive_target(request: pytest.FixtureRequest) -> Target:
+    """A fresh lock of each exclusive kind."""
+    kind: Kind = request.param
+    return kind.new()
+
+
+def assert_free(target: Target) -> None:
+    """Nothing holds the lock in any mode, nothing waits on it, and it can be taken."""
+    for view in (target.view, target.blocker):
+        stats = view.statistics()
+        assert not view.locked(), f"{target.name}: still held: {stats}"
+        assert (stats.locked, stats.holders, stats.waiting) == (False, 0, 0), (
+            f"{target.name}: not free: {stats}"
+        )
+    unlock = target.blocker.try_acquire()
+    assert unlock is not None, f"{target.name}: the lock leaked"
+    unlock()
+    if target.view is not target.blocker:
+        unlock = target.view.try_acquire()
+        assert unlock is not None, f"{target.name}: the lock leaked"
+        unlock()
+
+
+# --- races: `Holders`, `in_thread`, `settle`, `other_thread` --------------------------------
+
+
+@dataclass
+class Holders:
+    """Counts the holders of each mode and records any overlap that exclusion forbids."""
+
+    readers: int = 0
+    writers: int = 0
+    entries: int = 0
+    overlaps: list[str] = field(default_factory=list)
+    meta: threading.Lock = field(default_factory=threading.Lock)
+
+    def enter(self, exclusive: bool, who: str = "") -> None:
+        with self.meta:
+            if self.writers or (exclusive and self.readers):
+                self.overlaps.append(
+                    f"{who} entered {'exclusive' if exclusive else 'shared'} with "
+                    f"{self.readers} readers, {self.writers} writers"
+                )
+            if exclusive:
+                self.writers += 1
+            else:
+                self.readers += 1
+            self.entries += 1
+
+    def leave(self, exclusive: bool) -> None:
+        with self.meta:
+            if exclusive:
+                self.writers -= 1
+            else:
+                self.readers -= 1
+
+
+def in_thread(fn: Callable[[], object]) -> concurrent.futures.Future[object]:
+    """Run ``fn`` in a new thread; the future has its result or exception."""
+    future: concurrent.futures.Future[object] = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn())
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=run, daemon=True).start()
+    return future
+
+
+async def settle(rounds: int = 5) -> None:
+    """Let every ready task run until it waits on something."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+@pytest.fixture
+def other_thread() -> Iterator[concurrent.futures.ThreadPoolExecutor]:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        yield pool
+
+
+# --- processes: `rss`, `default_sigint` ---------------------------------------------------------
+
+
+def rss() -> int:
+    """The resident set size in bytes, after a full collection (Linux: /proc/self/statm)."""
+    gc.collect()
+    with open("/proc/self/statm") as f:
+        resident_pages = int(f.read().split()[1])
+    return resident_pages * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.fixture
+def default_sigint() -> Iterator[None]:
+    """Ctrl-C raises ``KeyboardInterrupt`` during the test, whatever the runner installed."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 # --- failed tests: drop what they still hold ---------------------------------------------------

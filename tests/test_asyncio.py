@@ -10,18 +10,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import gc
-import os
 import random
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 import anyio
 import pytest
+from conftest import PATIENCE, Holders, assert_free, in_thread, settle
 from ctxlock import (
-    Cancelled,
     CancelToken,
     Lock,
     LockTimeout,
@@ -29,52 +25,7 @@ from ctxlock import (
     SharableLock,
     Unlock,
 )
-
-# How long a test waits for something that should happen at once before it fails.
-PATIENCE = 5.0
-# Rounds of each race; a race also stops at RACE_SECONDS so a slow machine stays quick.
-# `make stress` (CTXLOCK_STRESS_SECONDS) runs each race for that long instead.
-_STRESS_SECONDS = float(os.environ.get("CTXLOCK_STRESS_SECONDS", "0"))
-RACE_ROUNDS = 2000 if _STRESS_SECONDS <= 0 else 1 << 62
-RACE_SECONDS = 2.0 if _STRESS_SECONDS <= 0 else _STRESS_SECONDS
-
-
-@dataclass
-class Target:
-    """The view under test and the exclusive view that blocks it."""
-
-    name: str
-    view: Lock | LockView
-    blocker: Lock | LockView
-    exclusive: bool
-
-
-def make_target(name: str) -> Target:
-    if name == "Lock":
-        lock = Lock()
-        return Target(name, lock, lock, True)
-    if name == "Lock(fair=True)":
-        lock = Lock(fair=True)
-        return Target(name, lock, lock, True)
-    rw = SharableLock()
-    if name == "exclusive":
-        return Target(name, rw.exclusive, rw.exclusive, True)
-    assert name == "shared"
-    return Target(name, rw.shared, rw.exclusive, False)
-
-
-ALL = ["Lock", "Lock(fair=True)", "exclusive", "shared"]
-EXCLUSIVE = ["Lock", "Lock(fair=True)", "exclusive"]
-
-
-@pytest.fixture(params=ALL)
-def target(request: pytest.FixtureRequest) -> Target:
-    return make_target(request.param)
-
-
-@pytest.fixture(params=EXCLUSIVE)
-def exclusive_target(request: pytest.FixtureRequest) -> Target:
-    return make_target(request.param)
+from kinds import Target
 
 
 @pytest.fixture
@@ -82,91 +33,7 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def assert_free(target: Target) -> None:
-    """Nothing holds the lock in any mode."""
-    assert not target.view.locked()
-    assert not target.blocker.locked()
-    unlock = target.blocker.try_acquire()
-    assert unlock is not None, f"{target.name}: the lock leaked"
-    unlock()
-
-
-@dataclass
-class Holders:
-    """Counts the holders of each mode and records any overlap that exclusion forbids."""
-
-    readers: int = 0
-    writers: int = 0
-    entries: int = 0
-    overlaps: list[str] = field(default_factory=list)
-    meta: threading.Lock = field(default_factory=threading.Lock)
-
-    def enter(self, exclusive: bool, who: str = "") -> None:
-        with self.meta:
-            if self.writers or (exclusive and self.readers):
-                self.overlaps.append(
-                    f"{who} entered {'exclusive' if exclusive else 'shared'} with "
-                    f"{self.readers} readers, {self.writers} writers"
-                )
-            if exclusive:
-                self.writers += 1
-            else:
-                self.readers += 1
-            self.entries += 1
-
-    def leave(self, exclusive: bool) -> None:
-        with self.meta:
-            if exclusive:
-                self.writers -= 1
-            else:
-                self.readers -= 1
-
-
-def in_thread(fn: Callable[[], object]) -> concurrent.futures.Future[object]:
-    """Run ``fn`` in a new thread; the future has its result or exception."""
-    future: concurrent.futures.Future[object] = concurrent.futures.Future()
-
-    def run() -> None:
-        try:
-            future.set_result(fn())
-        except BaseException as exc:
-            future.set_exception(exc)
-
-    threading.Thread(target=run, daemon=True).start()
-    return future
-
-
-async def settle(rounds: int = 5) -> None:
-    """Let every ready task run until it waits on something."""
-    for _ in range(rounds):
-        await asyncio.sleep(0)
-
-
 # --- the basics ------------------------------------------------------------------------------
-
-
-@pytest.mark.asyncio
-async def test_acquire_async_returns_an_unlock(target: Target) -> None:
-    unlock = await target.view.acquire_async()
-    assert isinstance(unlock, Unlock)
-    assert target.view.locked()
-    assert target.blocker.try_acquire() is None
-    unlock()
-    assert unlock.released
-    unlock()  # once only: a second call does nothing
-    assert_free(target)
-
-
-@pytest.mark.asyncio
-async def test_async_with(target: Target) -> None:
-    async with target.view:
-        assert target.view.locked()
-        assert target.blocker.try_acquire() is None
-    assert_free(target)
-    with pytest.raises(ZeroDivisionError):
-        async with target.view:
-            _ = 1 / 0
-    assert_free(target)
 
 
 @pytest.mark.asyncio
@@ -190,37 +57,6 @@ async def test_uncontended_acquire_does_not_yield_to_the_loop(target: Target) ->
 
 
 @pytest.mark.asyncio
-async def test_a_waiting_task_gets_the_lock_released_by_a_thread(target: Target) -> None:
-    holder = target.blocker.acquire()
-    waiter = asyncio.ensure_future(target.view.acquire_async())
-    await settle()
-    assert not waiter.done()
-    await asyncio.wrap_future(in_thread(holder))
-    unlock = await asyncio.wait_for(waiter, PATIENCE)
-    assert target.view.locked()
-    # An Unlock acquired in a task may be called from another thread.
-    await asyncio.wrap_future(in_thread(unlock))
-    assert unlock.released
-    assert_free(target)
-
-
-@pytest.mark.asyncio
-async def test_tasks_are_served_in_fifo_order(exclusive_target: Target) -> None:
-    """The promise-lock article's test: random work inside, order kept outside."""
-    lock = exclusive_target.view
-    out: list[int] = []
-
-    async def worker(i: int) -> None:
-        async with lock:
-            await asyncio.sleep(random.random() * 0.1)
-            out.append(i)
-
-    await asyncio.gather(*(asyncio.create_task(worker(i)) for i in range(10)))
-    assert out == list(range(10))
-    assert_free(exclusive_target)
-
-
-@pytest.mark.asyncio
 async def test_shared_tasks_hold_together() -> None:
     rw = SharableLock()
     inside = 0
@@ -241,122 +77,7 @@ async def test_shared_tasks_hold_together() -> None:
     assert most == 5
 
 
-# --- ways to stop waiting --------------------------------------------------------------------
-
-
-@pytest.mark.asyncio
-async def test_task_cancel_while_waiting(target: Target) -> None:
-    holder = target.blocker.acquire()
-    first = asyncio.ensure_future(target.view.acquire_async())
-    await settle()
-    second = asyncio.ensure_future(target.view.acquire_async())
-    await settle()
-    first.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await first
-    holder()
-    # The cancelled waiter left the queue: the one behind it gets the lock.
-    unlock = await asyncio.wait_for(second, PATIENCE)
-    unlock()
-    assert_free(target)
-
-
-@pytest.mark.asyncio
-async def test_task_cancel_inside_async_with_releases(target: Target) -> None:
-    entered = asyncio.Event()
-
-    async def holder() -> None:
-        async with target.view:
-            entered.set()
-            await asyncio.sleep(PATIENCE * 2)
-
-    task = asyncio.create_task(holder())
-    await asyncio.wait_for(entered.wait(), PATIENCE)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert_free(target)
-
-
-@pytest.mark.asyncio
-async def test_wait_for_timeout(target: Target) -> None:
-    holder = target.blocker.acquire()
-    with pytest.raises(TimeoutError):
-        await asyncio.wait_for(target.view.acquire_async(), 0.1)
-    holder()
-    assert_free(target)
-
-
-@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.timeout is new in 3.11")
-@pytest.mark.asyncio
-async def test_asyncio_timeout(target: Target) -> None:
-    holder = target.blocker.acquire()
-    with pytest.raises(TimeoutError):
-        async with asyncio.timeout(0.1):  # type: ignore[attr-defined,unused-ignore]
-            await target.view.acquire_async()
-    with pytest.raises(TimeoutError):
-        async with asyncio.timeout(0.1):  # type: ignore[attr-defined,unused-ignore]
-            async with target.view:
-                pass
-    holder()
-    assert_free(target)
-
-
-@pytest.mark.asyncio
-async def test_deadline_raises_lock_timeout(target: Target) -> None:
-    holder = target.blocker.acquire()
-    with pytest.raises(LockTimeout):
-        await target.view.acquire_async(deadline=0.1)
-    with pytest.raises(LockTimeout):
-        await target.view.acquire_async(deadline=0)
-    with pytest.raises(LockTimeout):
-        await target.view.acquire_async(CancelToken(deadline=0.1))
-    holder()
-    assert_free(target)
-
-
-@pytest.mark.asyncio
-async def test_token_cancelled_from_a_thread(target: Target) -> None:
-    holder = target.blocker.acquire()
-    token = CancelToken()
-    timer = threading.Timer(0.1, token.cancel, args=("from a thread",))
-    timer.start()
-    try:
-        with pytest.raises(Cancelled) as cancelled:
-            await asyncio.wait_for(target.view.acquire_async(token), PATIENCE)
-    finally:
-        timer.cancel()
-    assert cancelled.value.reason == "from a thread"
-    holder()
-    assert_free(target)
-
-
-@pytest.mark.asyncio
-async def test_token_cancelled_from_another_task(target: Target) -> None:
-    holder = target.blocker.acquire()
-    token = CancelToken()
-
-    async def canceller() -> None:
-        await asyncio.sleep(0.05)
-        token.cancel("from a task")
-
-    other = asyncio.create_task(canceller())
-    with pytest.raises(Cancelled) as cancelled:
-        await asyncio.wait_for(target.view.acquire_async(token), PATIENCE)
-    await other
-    assert cancelled.value.reason == "from a task"
-    holder()
-    assert_free(target)
-
-
-@pytest.mark.asyncio
-async def test_a_cancelled_token_raises_even_when_free(target: Target) -> None:
-    token = CancelToken()
-    token.cancel("early")
-    with pytest.raises(Cancelled) as cancelled:
-        await target.view.acquire_async(token)
-    assert cancelled.value.reason == "early"
-    assert_free(target)
+# --- arguments -------------------------------------------------------------------------------
 
 
 @pytest.mark.asyncio
@@ -370,169 +91,6 @@ async def test_bad_arguments(target: Target) -> None:
     with pytest.raises(TypeError):
         await target.view.acquire_async(deadline="soon")  # type: ignore[arg-type]
     assert_free(target)
-
-
-# --- races against unlock --------------------------------------------------------------------
-
-
-@pytest.fixture
-def other_thread() -> Iterator[concurrent.futures.ThreadPoolExecutor]:
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        yield pool
-
-
-@pytest.mark.stress
-@pytest.mark.asyncio
-async def test_task_cancel_races_unlock(
-    target: Target, other_thread: concurrent.futures.ThreadPoolExecutor
-) -> None:
-    rng = random.Random(1)
-    holders = Holders()
-    outcomes = {"acquired": 0, "cancelled": 0}
-    end = time.monotonic() + RACE_SECONDS
-
-    async def waiter() -> None:
-        async with target.view:
-            holders.enter(target.exclusive, "task")
-            outcomes["acquired"] += 1
-            try:
-                if rng.random() < 0.3:
-                    await asyncio.sleep(0)  # may be cancelled here, inside
-            finally:
-                holders.leave(target.exclusive)
-
-    rounds = 0
-    while rounds < RACE_ROUNDS and time.monotonic() < end:
-        rounds += 1
-        holder = target.blocker.try_acquire()
-        assert holder is not None, f"round {rounds}: the lock leaked"
-        holders.enter(True, "holder")
-        task = asyncio.create_task(waiter())
-        for _ in range(rng.randrange(3)):
-            await asyncio.sleep(0)
-        holders.leave(True)
-        how = rng.randrange(5)
-        released: concurrent.futures.Future[None] | None = None
-        if how == 0:
-            holder()
-            task.cancel()
-        elif how == 1:
-            task.cancel()
-            holder()
-        elif how == 2:
-            released = other_thread.submit(holder)
-            task.cancel()
-        elif how == 3:
-            task.cancel()
-            released = other_thread.submit(holder)
-        else:
-            holder()
-            await asyncio.sleep(0)
-            task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            outcomes["cancelled"] += 1
-        if released is not None:
-            await asyncio.wrap_future(released)
-        assert holder.released
-        assert not holders.overlaps, holders.overlaps[:3]
-        unlock = target.blocker.try_acquire()
-        assert unlock is not None, f"round {rounds} (how={how}): the lock leaked"
-        unlock()
-    assert outcomes["cancelled"] > 0, outcomes
-    assert rounds > 100
-
-
-@pytest.mark.stress
-@pytest.mark.asyncio
-async def test_token_cancel_races_unlock(
-    target: Target, other_thread: concurrent.futures.ThreadPoolExecutor
-) -> None:
-    rng = random.Random(2)
-    holders = Holders()
-    outcomes = {"acquired": 0, "cancelled": 0}
-    end = time.monotonic() + RACE_SECONDS
-
-    async def waiter(token: CancelToken) -> None:
-        try:
-            unlock = await target.view.acquire_async(token)
-        except Cancelled as exc:
-            assert exc.reason == "race"
-            outcomes["cancelled"] += 1
-            return
-        with unlock:
-            holders.enter(target.exclusive, "task")
-            outcomes["acquired"] += 1
-            holders.leave(target.exclusive)
-
-    rounds = 0
-    while rounds < RACE_ROUNDS and time.monotonic() < end:
-        rounds += 1
-        holder = target.blocker.try_acquire()
-        assert holder is not None, f"round {rounds}: the lock leaked"
-        holders.enter(True, "holder")
-        token = CancelToken()
-        task = asyncio.create_task(waiter(token))
-        for _ in range(rng.randrange(3)):
-            await asyncio.sleep(0)
-        holders.leave(True)
-        how = rng.randrange(5)
-        done: concurrent.futures.Future[None] | None = None
-        if how == 0:
-            holder()
-            token.cancel("race")
-        elif how == 1:
-            token.cancel("race")
-            holder()
-        elif how == 2:
-            done = other_thread.submit(token.cancel, "race")
-            holder()
-        elif how == 3:
-            done = other_thread.submit(holder)
-            token.cancel("race")
-        else:
-            holder()
-            await asyncio.wait_for(asyncio.shield(task), PATIENCE)
-            token.cancel("race")
-        await asyncio.wait_for(task, PATIENCE)
-        if done is not None:
-            await asyncio.wrap_future(done)
-        assert not holders.overlaps, holders.overlaps[:3]
-        unlock = target.blocker.try_acquire()
-        assert unlock is not None, f"round {rounds} (how={how}): the lock leaked"
-        unlock()
-    assert outcomes["acquired"] > 0 and outcomes["cancelled"] > 0, outcomes
-    assert rounds > 100
-
-
-@pytest.mark.stress
-@pytest.mark.asyncio
-async def test_deadline_races_unlock(
-    target: Target, other_thread: concurrent.futures.ThreadPoolExecutor
-) -> None:
-    rng = random.Random(3)
-    holders = Holders()
-    end = time.monotonic() + RACE_SECONDS / 2
-    rounds = 0
-    while rounds < RACE_ROUNDS // 4 and time.monotonic() < end:
-        rounds += 1
-        holder = target.blocker.try_acquire()
-        assert holder is not None, f"round {rounds}: the lock leaked"
-        deadline = rng.random() * 0.002
-        task = asyncio.ensure_future(target.view.acquire_async(deadline=deadline))
-        await asyncio.sleep(rng.random() * 0.002)
-        await asyncio.wrap_future(other_thread.submit(holder))
-        try:
-            unlock = await asyncio.wait_for(task, PATIENCE)
-        except LockTimeout:
-            pass
-        else:
-            holders.enter(target.exclusive, "task")
-            holders.leave(target.exclusive)
-            unlock()
-        assert_free(target)
-    assert not holders.overlaps
 
 
 # --- many clients: threads and tasks on two loops --------------------------------------------
@@ -793,8 +351,7 @@ async def test_a_contended_aenter_given_up_by_hand_leaves_the_queue(
     steps = exclusive_target.view.__aenter__().__await__()
     yielded = steps.send(None)
     assert isinstance(yielded, asyncio.Future)
-    if isinstance(exclusive_target.blocker, Lock):  # a view's repr shows no count
-        assert "waiting=1" in repr(exclusive_target.blocker)
+    assert exclusive_target.view.statistics().waiting == 1
     if how == "close":
         steps.close()
     elif how == "throw instance":
@@ -808,8 +365,6 @@ async def test_a_contended_aenter_given_up_by_hand_leaves_the_queue(
         gc.collect()
     holder()
     assert_free(exclusive_target)
-    if isinstance(exclusive_target.blocker, Lock):
-        assert "waiting=0" in repr(exclusive_target.blocker)
 
 
 # --- anyio -----------------------------------------------------------------------------------
@@ -886,7 +441,7 @@ async def test_blocking_acquire_behind_a_task_shared_hold_raises_instead_of_hang
             target=lambda: writer_unlocks.append(rw.exclusive.acquire(deadline=PATIENCE))
         )
         writer.start()
-        while "waiting=1" not in repr(rw):
+        while rw.exclusive.statistics().waiting != 1:
             await asyncio.sleep(0.01)
         with pytest.raises(RuntimeError, match=r"(?i)deadlock"):
             rw.shared.acquire()

@@ -21,9 +21,8 @@ from typing import Any
 
 import anyio
 import pytest
+from conftest import PATIENCE
 from ctxlock import CancelToken, Lock, LockTimeout, LockView, SharableLock, Unlock
-
-PATIENCE = 5.0
 
 VIEWS = ["Lock", "Lock(fair=True)", "exclusive", "shared"]
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import ctxlock
 import pytest
+from ctxlock import _bench, _cli
 
 #: Every row of the report, in order; a row may be skipped but never left out.
 ROWS = (
@@ -65,6 +66,58 @@ def test_quick_bench_json(tmp_path: Path) -> None:
             assert row["ours_ns"] > 0 and row["anchor_ns"] > 0, row
 
 
+class MisspelledCall(_bench.Workload):
+    """A workload with a bug: it calls a method that ``Lock`` does not have."""
+
+    def run(self, n: int) -> _bench.Sample:
+        ctxlock.Lock().aquire()  # type: ignore[attr-defined]
+        raise AssertionError("unreachable")
+
+
+def test_a_workload_that_raises_is_an_error_row_with_its_traceback(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(_bench.SCENARIOS["with"], "ctxlock", MisspelledCall)
+    code = _cli.main(["bench", "--quick", "--json", "--rows", "with,acquire_unlock"])
+    assert code == 1
+    rows = {row["key"]: row for row in json.loads(capsys.readouterr().out)["rows"]}
+    broken = rows["with"]
+    assert broken["status"] == "error"
+    assert broken["ratio"] is None
+    assert broken["note"].startswith("error: AttributeError:")
+    assert broken["traceback"].startswith("Traceback (most recent call last):")
+    assert "ctxlock.Lock().aquire()" in broken["traceback"]
+    # The run goes on: the next row is measured as usual.
+    assert rows["acquire_unlock"]["status"] in ("ok", "miss")
+    assert rows["acquire_unlock"]["traceback"] is None
+
+
+def test_an_error_row_prints_its_traceback_to_stderr_in_table_mode(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(_bench.SCENARIOS["with"], "ctxlock", MisspelledCall)
+    code = _cli.main(["bench", "--quick", "--rows", "with"])
+    assert code == 1
+    out, err = capsys.readouterr()
+    (line,) = [line for line in out.splitlines() if line.startswith("with ")]
+    assert line.split()[:7] == ["with", "-", "-", "-", "<=", "0.8", "error"]
+    assert "Traceback (most recent call last):" in err
+    assert "ctxlock.Lock().aquire()" in err
+    assert "AttributeError" in err
+
+
+def test_a_missing_peer_is_still_a_skip(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "aiologic", None)  # import aiologic raises ImportError
+    code = _cli.main(["bench", "--quick", "--json", "--rows", "mixed_2t2t"])
+    assert code == 0
+    (row,) = json.loads(capsys.readouterr().out)["rows"]
+    assert row["status"] == "skip"
+    assert "aiologic is not installed" in row["note"]
+    assert row["traceback"] is None
+
+
 def test_quick_bench_table_and_progress(tmp_path: Path) -> None:
     proc = run_cli("bench", "--quick", "--rows", "with,acquire_unlock", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -97,8 +150,6 @@ def test_version(tmp_path: Path) -> None:
 
 
 def test_bench_help_lists_every_row_with_its_target(capsys: pytest.CaptureFixture[str]) -> None:
-    from ctxlock import _bench, _cli
-
     with pytest.raises(SystemExit) as exit_:
         _cli.main(["bench", "--help"])
     assert exit_.value.code == 0
@@ -139,8 +190,6 @@ def test_bad_option_value_is_a_usage_error(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from ctxlock import _cli
-
     monkeypatch.chdir(tmp_path)  # the relative --plot path must not exist
     with pytest.raises(SystemExit) as exit_:
         _cli.main([command, option, value])

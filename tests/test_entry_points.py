@@ -17,23 +17,16 @@ from typing import Any
 
 import pytest
 from ctxlock import CancelToken, Lock, LockTimeout, SharableLock, Unlock, _ctxlock
+from kinds import EXCLUSIVE_KINDS, KINDS
 
 SIGNATURE = "(cancel=None, *, deadline=None, blocking=True)"
 
 
-def exclusive_lock() -> Lock:
-    return Lock()
-
-
-def exclusive_view() -> object:
-    return SharableLock().exclusive
-
-
-def shared_view() -> object:
-    return SharableLock().shared
-
-
-MAKERS = [exclusive_lock, exclusive_view, shared_view]
+# A fresh view under test of each kind in the registry (tests/kinds.py).
+MAKERS = [lambda kind=kind: kind.new().view for kind in KINDS]
+EXCLUSIVE_MAKERS = [lambda kind=kind: kind.new().view for kind in EXCLUSIVE_KINDS]
+IDS = [kind.name for kind in KINDS]
+EXCLUSIVE_IDS = [kind.name for kind in EXCLUSIVE_KINDS]
 
 
 @pytest.mark.skipif(sys.implementation.name != "cpython", reason="CPython's C API only")
@@ -45,7 +38,7 @@ def test_every_fast_entry_point_is_installed() -> None:
     assert Unlock.__flags__ & have_vectorcall
 
 
-@pytest.mark.parametrize("make", MAKERS)
+@pytest.mark.parametrize("make", MAKERS, ids=IDS)
 def test_signature_and_name_are_the_generated_ones(make: Callable[[], Lock]) -> None:
     lock = make()
     assert str(inspect.signature(lock.acquire)) == SIGNATURE
@@ -53,7 +46,7 @@ def test_signature_and_name_are_the_generated_ones(make: Callable[[], Lock]) -> 
     assert type(lock).acquire.__qualname__ == f"{type(lock).__name__}.acquire"
 
 
-@pytest.mark.parametrize("make", MAKERS)
+@pytest.mark.parametrize("make", MAKERS, ids=IDS)
 @pytest.mark.parametrize(
     "kwargs",
     [
@@ -83,7 +76,7 @@ def test_acquire_on_a_free_lock_holds_and_unlock_releases(
     assert not lock.locked()
 
 
-@pytest.mark.parametrize("make", [exclusive_lock, exclusive_view])
+@pytest.mark.parametrize("make", EXCLUSIVE_MAKERS, ids=EXCLUSIVE_IDS)
 @pytest.mark.parametrize("deadline", [0, 0.0, 0.01])
 def test_acquire_with_deadline_on_a_held_lock_times_out(
     make: Callable[[], Lock], deadline: float
@@ -118,6 +111,7 @@ def test_shared_holds_stack_through_the_shortcut() -> None:
     a = rw.shared.acquire()
     b = rw.shared.acquire(deadline=1)
     assert "shared by 2" in repr(rw)
+    assert rw.shared.statistics().holders == 2
     with pytest.raises(LockTimeout):
         rw.exclusive.acquire(deadline=0)
     a()

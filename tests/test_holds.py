@@ -11,23 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from conftest import PATIENCE
 from ctxlock import Cancelled, CancelToken, Lock, LockTimeout, LockView, SharableLock, Unlock
-
-PATIENCE = 5.0
-
-KINDS = ["Lock", "fair Lock", "exclusive view", "shared view"]
-
-
-def make(kind: str) -> tuple[Lock | LockView, Lock | LockView]:
-    """The lock to use, and the exclusive side of it (to probe for exclusion)."""
-    if kind == "Lock":
-        lock = Lock()
-        return lock, lock
-    if kind == "fair Lock":
-        lock = Lock(fair=True)
-        return lock, lock
-    rw = SharableLock()
-    return (rw.exclusive if kind == "exclusive view" else rw.shared), rw.exclusive
+from kinds import KINDS, Kind, over
 
 
 def assert_exclusion(exclusive: Lock | LockView) -> None:
@@ -48,9 +34,9 @@ def assert_free(view: Lock | LockView, exclusive: Lock | LockView) -> None:
 # --- an Unlock's hold is released only by that Unlock ----------------------------------------
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_exit_never_releases_the_hold_of_an_unlock(kind: str) -> None:
-    view, exclusive = make(kind)
+@over(KINDS)
+def test_exit_never_releases_the_hold_of_an_unlock(kind: Kind) -> None:
+    view, exclusive = kind.factory()
     unlock = view.acquire()
     with pytest.raises(RuntimeError, match="not held by a with statement"):
         view.__exit__(None, None, None)
@@ -61,11 +47,11 @@ def test_exit_never_releases_the_hold_of_an_unlock(kind: str) -> None:
     assert_free(view, exclusive)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@over(KINDS)
 def test_a_stale_unlock_never_releases_the_next_holders_hold(
-    kind: str, spawn: Callable[..., Any]
+    kind: Kind, spawn: Callable[..., Any]
 ) -> None:
-    view, exclusive = make(kind)
+    view, exclusive = kind.factory()
     first = view.acquire()
     with contextlib.suppress(RuntimeError):
         view.__exit__(None, None, None)  # misuse: must not free `first`'s hold
@@ -117,19 +103,19 @@ def test_each_view_counts_its_own_with_holds() -> None:
     assert_free(rw.shared, rw.exclusive)
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_with_may_end_in_another_thread(kind: str, spawn: Callable[..., Any]) -> None:
+@over(KINDS)
+def test_with_may_end_in_another_thread(kind: Kind, spawn: Callable[..., Any]) -> None:
     # As with threading.Lock, a hold taken by `__enter__` may be released elsewhere.
-    view, exclusive = make(kind)
+    view, exclusive = kind.factory()
     view.__enter__()
     spawn(view.__exit__, None, None, None).result()
     assert_free(view, exclusive)
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("kind", KINDS)
-async def test_aexit_never_releases_the_hold_of_an_unlock(kind: str) -> None:
-    view, exclusive = make(kind)
+@over(KINDS)
+async def test_aexit_never_releases_the_hold_of_an_unlock(kind: Kind) -> None:
+    view, exclusive = kind.factory()
     unlock = await view.acquire_async()
     with pytest.raises(RuntimeError, match="not held by a with statement"):
         await view.__aexit__(None, None, None)

@@ -14,7 +14,6 @@ import asyncio
 import gc
 import os
 import queue
-import re
 import sys
 import threading
 import tracemalloc
@@ -22,6 +21,7 @@ import weakref
 from collections.abc import Callable, Iterator
 
 import pytest
+from conftest import rss
 from ctxlock import Cancelled, CancelToken, Lock, LockTimeout, SharableLock
 
 MB = 1 << 20
@@ -29,14 +29,6 @@ MB = 1 << 20
 needs_proc = pytest.mark.skipif(
     not os.path.exists("/proc/self/statm"), reason="needs /proc/self/statm (Linux)"
 )
-
-
-def rss() -> int:
-    """The resident set size in bytes, after a full collection."""
-    gc.collect()
-    with open("/proc/self/statm") as f:
-        resident_pages = int(f.read().split()[1])
-    return resident_pages * os.sysconf("SC_PAGE_SIZE")
 
 
 def growth(step: Callable[[], None], rounds: int, warmup: int) -> int:
@@ -47,12 +39,6 @@ def growth(step: Callable[[], None], rounds: int, warmup: int) -> int:
     for _ in range(rounds):
         step()
     return rss() - before
-
-
-def waiting(lock: Lock | SharableLock) -> int:
-    match = re.search(r"waiting=(\d+)", repr(lock))
-    assert match, repr(lock)
-    return int(match.group(1))
 
 
 @pytest.fixture
@@ -102,7 +88,7 @@ def test_failed_acquires_do_not_grow_memory(held_lock: Lock) -> None:
     finally:
         rw_unlock()
     assert grown < 20 * MB, f"RSS grew by {grown / MB:.1f} MB over 200,000 failed rounds"
-    assert waiting(lock) == 0 and waiting(rw) == 0
+    assert lock.statistics().waiting == 0 and rw.exclusive.statistics().waiting == 0
 
 
 @needs_proc
@@ -140,7 +126,7 @@ def test_token_cancelled_waits_do_not_grow_memory(held_lock: Lock) -> None:
         thread.join(10)
     assert outcomes == {"cancelled": 3_300, "timeout": 3_300}
     assert grown < 20 * MB, f"RSS grew by {grown / MB:.1f} MB over 3,000 cancelled waits"
-    assert waiting(lock) == 0
+    assert lock.statistics().waiting == 0
     assert not scope.cancelled
 
 
@@ -217,7 +203,7 @@ def test_cancelled_async_waits_leave_nothing_behind() -> None:
             tasks = [asyncio.ensure_future(acquire(lock, scope)) for _ in range(batch)]
             tasks += [asyncio.ensure_future(acquire(rw.shared, scope)) for _ in range(batch)]
             await asyncio.sleep(0)
-            assert waiting(lock) == batch and waiting(rw) == batch
+            assert lock.statistics().waiting == batch and rw.exclusive.statistics().waiting == batch
             for t in tasks:
                 t.cancel()
             results = await asyncio.gather(*tasks, return_exceptions=True)
@@ -226,7 +212,7 @@ def test_cancelled_async_waits_leave_nothing_behind() -> None:
             token = scope.child()
             tasks = [asyncio.ensure_future(acquire(lock, token)) for _ in range(batch)]
             await asyncio.sleep(0)
-            assert waiting(lock) == batch
+            assert lock.statistics().waiting == batch
             canceller = threading.Thread(target=token.cancel, args=("stop",))
             canceller.start()
             results = await asyncio.gather(*tasks, return_exceptions=True)
@@ -247,7 +233,7 @@ def test_cancelled_async_waits_leave_nothing_behind() -> None:
             else:
                 raise AssertionError("acquired a held lock")
         await asyncio.sleep(0)
-        assert waiting(lock) == 0 and waiting(rw) == 0
+        assert lock.statistics().waiting == 0 and rw.exclusive.statistics().waiting == 0
         assert len(asyncio.all_tasks()) == base_tasks
         del tasks, results
         assert futures() <= base_futures + 5, (futures(), base_futures)

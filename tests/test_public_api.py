@@ -39,7 +39,14 @@ def _public_members(cls: ast.ClassDef) -> list[ast.FunctionDef]:
 
 
 def test_stub_declares_the_expected_classes():
-    assert set(STUB_CLASSES) == {"CancelToken", "Lock", "LockView", "SharableLock", "Unlock"}
+    assert set(STUB_CLASSES) == {
+        "CancelToken",
+        "Lock",
+        "LockStatistics",
+        "LockView",
+        "SharableLock",
+        "Unlock",
+    }
 
 
 def test_all_matches_the_stub():
@@ -228,6 +235,7 @@ def _instances() -> dict[str, Callable[[], object]]:
         "Lock": ctxlock.Lock,
         "SharableLock": ctxlock.SharableLock,
         "LockView": lambda: ctxlock.SharableLock().shared,
+        "LockStatistics": lambda: ctxlock.Lock().statistics(),
         "CancelToken": ctxlock.CancelToken,
         "Unlock": released_unlock,
     }
@@ -346,3 +354,19 @@ def test_unlock_repr_shows_its_lock():
         assert repr(reader) == (
             "<ctxlock.Unlock shared holding lock=<ctxlock.LockView shared locked waiting=0>>"
         )
+
+
+def test_lock_statistics_repr_and_value():
+    rw = ctxlock.SharableLock()
+    free = rw.shared.statistics()
+    assert repr(free) == "LockStatistics(locked=False, holders=0, waiting=0)"
+    with rw.shared, rw.shared:
+        held = rw.shared.statistics()
+        assert repr(held) == "LockStatistics(locked=True, holders=2, waiting=0)"
+        assert repr(rw.exclusive.statistics()) == free.__repr__()
+    assert held != free and rw.shared.statistics() == free
+    assert hash(rw.exclusive.statistics()) == hash(free)
+    with pytest.raises(AttributeError):
+        free.locked = True  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        ctxlock.LockStatistics()  # type: ignore[call-arg]

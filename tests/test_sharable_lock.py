@@ -8,8 +8,6 @@ needs milliseconds): the tests check who gets in and in what order, never how fa
 
 from __future__ import annotations
 
-import math
-import os
 import queue
 import random
 import signal
@@ -19,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
+from conftest import PATIENCE, STRESS_SECONDS
 from ctxlock import (
     Cancelled,
     CancelToken,
@@ -31,8 +30,6 @@ from ctxlock import (
 
 # Long enough for a thread on a busy machine to reach its acquire and queue there.
 SETTLE = 0.3
-# How long a test waits for something that should happen at once before it fails.
-PATIENCE = 5.0
 
 
 def start(fn: Callable[[], object], name: str = "actor") -> threading.Thread:
@@ -204,71 +201,6 @@ def test_a_waiting_writer_is_let_in_when_the_last_reader_leaves(errors: Errors) 
     second()
     assert got_in.wait(PATIENCE)
     join_all(thread)
-    assert_free(rw)
-
-
-# --- errors, same as Lock --------------------------------------------------------------------
-
-
-@pytest.fixture(params=["shared", "exclusive"])
-def view(request: pytest.FixtureRequest) -> tuple[SharableLock, LockView]:
-    rw = SharableLock()
-    return rw, getattr(rw, request.param)
-
-
-@pytest.mark.parametrize("deadline", [-1, -0.001, math.nan, -math.inf])
-def test_bad_deadline_is_a_value_error(
-    view: tuple[SharableLock, LockView], deadline: float
-) -> None:
-    rw, v = view
-    with pytest.raises(ValueError, match="deadline"):
-        v.acquire(deadline=deadline)
-    assert_free(rw)
-
-
-def test_bad_argument_types(view: tuple[SharableLock, LockView]) -> None:
-    rw, v = view
-    with pytest.raises(TypeError):
-        v.acquire(cancel=object())  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
-        v.acquire(deadline="1")  # type: ignore[arg-type]
-    with pytest.raises(ValueError):
-        v.acquire(deadline=1, blocking=False)
-    assert_free(rw)
-
-
-def test_timeout_and_cancel_while_the_other_mode_holds(view: tuple[SharableLock, LockView]) -> None:
-    rw, v = view
-    writer = rw.exclusive.acquire()
-
-    with pytest.raises(LockTimeout) as timed_out:
-        v.acquire(deadline=0.1)
-    assert isinstance(timed_out.value, TimeoutError)
-
-    with pytest.raises(LockTimeout):
-        v.acquire(CancelToken(deadline=0.1))
-
-    token = CancelToken()
-    timer = threading.Timer(0.1, token.cancel, args=("shutting down",))
-    timer.start()
-    try:
-        with pytest.raises(Cancelled) as cancelled:
-            v.acquire(token, deadline=PATIENCE * 2)
-    finally:
-        timer.cancel()
-    assert cancelled.value.reason == "shutting down"
-
-    writer()
-    assert_free(rw)
-
-
-def test_a_cancelled_token_raises_even_when_free(view: tuple[SharableLock, LockView]) -> None:
-    rw, v = view
-    token = CancelToken()
-    token.cancel(42)
-    with pytest.raises(Cancelled) as cancelled:
-        v.acquire(token)
-    assert cancelled.value.reason == 42
     assert_free(rw)
 
 
@@ -633,7 +565,7 @@ def test_cancel_and_unlock_races_leave_the_lock_consistent(errors: Errors) -> No
     counts = {"readers": 0, "writers": 0, "acquired": 0, "gave_up": 0}
     overlaps: list[str] = []
     to_cancel: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
-    seconds = float(os.environ.get("CTXLOCK_STRESS_SECONDS", "0"))
+    seconds = STRESS_SECONDS or 0.0
     # Short by default: a few thousand acquires in all; `make stress` runs it for longer.
     per_thread = 1500 if seconds <= 0 else 1 << 62
     end = time.monotonic() + (seconds if seconds > 0 else 2.5)
@@ -719,15 +651,6 @@ def test_cancel_and_unlock_races_leave_the_lock_consistent(errors: Errors) -> No
 
 
 # --- Ctrl-C ----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def default_sigint() -> Iterator[None]:
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.usefixtures("default_sigint")

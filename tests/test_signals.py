@@ -33,15 +33,6 @@ HANDLER_BOUND = 2.0
 
 
 @pytest.fixture
-def default_sigint() -> Iterator[None]:
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
-
-
-@pytest.fixture
 def usr1_handler() -> Iterator[list[float]]:
     """Install a SIGUSR1 handler that records when it ran (in the main thread)."""
     calls: list[float] = []

@@ -19,7 +19,6 @@ import asyncio
 import collections
 import os
 import random
-import re
 import sys
 import threading
 import time
@@ -27,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
+from conftest import STRESS_SECONDS, wait_until
 from ctxlock import (
     Cancelled,
     CancelToken,
@@ -38,7 +38,7 @@ from ctxlock import (
     WouldBlock,
 )
 
-DURATION = float(os.environ.get("CTXLOCK_STRESS_SECONDS", "2"))
+DURATION = 2.0 if STRESS_SECONDS is None else STRESS_SECONDS
 # Threads per run: 8 unless CTXLOCK_STRESS_THREADS says otherwise (CI runs 4 and 8 on the
 # free-threaded interpreter, where they really run in parallel).
 THREADS = int(os.environ.get("CTXLOCK_STRESS_THREADS", "8"))
@@ -368,21 +368,6 @@ def loop_worker(run: Run, index: int) -> None:
 # --- the runs ---------------------------------------------------------------------------------
 
 
-def waiting(lock: Lock | SharableLock) -> int:
-    match = re.search(r"waiting=(\d+)", repr(lock))
-    assert match, repr(lock)
-    return int(match.group(1))
-
-
-def wait_until(predicate: Callable[[], object], timeout: float = 5.0) -> bool:
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() >= end:
-            return bool(predicate())
-        time.sleep(0.005)
-    return True
-
-
 def stress(lock: Lock | SharableLock, request: pytest.FixtureRequest) -> dict[str, Any]:
     seed = random.randrange(1 << 30)
     run = Run(lock, seed)
@@ -415,7 +400,7 @@ def stress(lock: Lock | SharableLock, request: pytest.FixtureRequest) -> dict[st
     # thread, so the lock may still be held for a moment.
     exclusive = lock.exclusive if isinstance(lock, SharableLock) else lock
     assert wait_until(lambda: not exclusive.locked()), f"still locked at the end: {info}"
-    assert waiting(lock) == 0, f"waiters left at the end: {info}"
+    assert exclusive.statistics().waiting == 0, f"waiters left at the end: {info}"
     probe = exclusive.try_acquire()
     assert probe is not None, f"lock not free at the end: {info}"
     probe()

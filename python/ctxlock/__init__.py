@@ -3,6 +3,7 @@
 from ctxlock._ctxlock import (
     CancelToken,
     Lock,
+    LockStatistics,
     LockView,
     SharableLock,
     Unlock,
@@ -15,6 +16,7 @@ __all__ = [
     "Cancelled",
     "Lock",
     "LockError",
+    "LockStatistics",
     "LockTimeout",
     "LockView",
     "SharableLock",

@@ -100,6 +100,29 @@ class Unlock:
     ) -> None: ...
 
 @final
+class LockStatistics:
+    """A snapshot of one lock or view, returned by ``statistics()``.
+
+    ``locked`` and ``holders`` are in the view's own mode: for ``rw.shared``, ``holders``
+    is the number of readers; for ``Lock`` and ``rw.exclusive`` it is 0 or 1. ``waiting``
+    counts the threads and tasks queued on the whole lock, in either mode (the two views
+    of a ``SharableLock`` share one queue, so both report the same number). The lock may
+    change hands as soon as the snapshot is taken.
+    """
+
+    @property
+    def locked(self) -> bool:
+        """True while the lock is held in the view's mode (``holders > 0``)."""
+    @property
+    def holders(self) -> int:
+        """Holds in the view's mode: 0 or 1 when exclusive, the reader count for ``rw.shared``."""
+    @property
+    def waiting(self) -> int:
+        """Threads and tasks queued on the lock, in either mode."""
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
 class Lock:
     """An exclusive lock with deadlines and cancellation: Go's channel of capacity one.
 
@@ -151,6 +174,12 @@ class Lock:
         """Acquire without waiting; ``None`` if the lock is taken."""
     def locked(self) -> bool:
         """True while the lock is held (in this view's mode, for a ``SharableLock`` view)."""
+    def statistics(self) -> LockStatistics:
+        """A snapshot: ``locked``, ``holders`` (in this view's mode) and ``waiting`` (on the lock).
+
+        See ``LockStatistics``. Both views of a ``SharableLock`` report the same
+        ``waiting``: the lock has one queue. Nothing is waited for or changed.
+        """
     def acquire_async(
         self, cancel: CancelToken | None = None, *, deadline: float | None = None
     ) -> Coroutine[Any, Any, Unlock]:
@@ -223,6 +252,12 @@ class LockView:
         """Acquire without waiting; ``None`` if the lock is taken."""
     def locked(self) -> bool:
         """True while the lock is held (in this view's mode, for a ``SharableLock`` view)."""
+    def statistics(self) -> LockStatistics:
+        """A snapshot: ``locked``, ``holders`` (in this view's mode) and ``waiting`` (on the lock).
+
+        See ``LockStatistics``. Both views of a ``SharableLock`` report the same
+        ``waiting``: the lock has one queue. Nothing is waited for or changed.
+        """
     def acquire_async(
         self, cancel: CancelToken | None = None, *, deadline: float | None = None
     ) -> Coroutine[Any, Any, Unlock]:

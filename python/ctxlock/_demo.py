@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable
 from typing import Protocol, TextIO
 
-from ctxlock._cli import positive_seconds
 from ctxlock._ctxlock import CancelToken, SharableLock
 from ctxlock._errors import Cancelled
 
@@ -464,6 +463,17 @@ def run_demo(attack: str, lock: str, seconds: float, out: TextIO) -> dict[str, i
         for key, value in run_one(attack, name, seconds, out).items():
             counts[f"{name}/{key}"] = value
     return counts
+
+
+def positive_seconds(text: str) -> float:
+    """A finite number of seconds greater than 0 (``demo --seconds``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, not {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, not {text}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

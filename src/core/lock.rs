@@ -186,6 +186,10 @@ impl LockView {
         }
     }
 
+    pub(crate) fn slot(&self) -> &Slot {
+        &self.slot
+    }
+
     /// Whether some hold carries `tag`.
     pub fn has_tagged_hold(&self, tag: u64) -> bool {
         lock(self.slot.holder_tags()).iter().any(|(t, _)| *t == tag)

@@ -9,7 +9,8 @@
 //!   `error`, `raw` (the `RawLock` trait), `give_up`, `wait` (a thread's wait), `task` (a
 //!   task's wait), `acquire` (the argument rules), `unlock` (the once-only release);
 //! - the in-process slot: `waiter`, `queue`, `state`, `slot`;
-//! - the kinds of lock and the nouns on top: `lock` (`LockView` is the in-process kind).
+//! - the kinds of lock and the nouns on top: `lock` (`LockView` is the in-process kind),
+//!   `stats` (what `statistics()` reports).
 
 pub mod acquire;
 pub mod cancel;
@@ -24,6 +25,7 @@ pub mod raw;
 pub(crate) mod runner;
 pub(crate) mod slot;
 pub(crate) mod state;
+pub mod stats;
 pub(crate) mod sync;
 pub mod task;
 pub(crate) mod timer;

@@ -463,6 +463,16 @@ impl Slot {
         &self.holder_tags
     }
 
+    /// The state word and the number of queued waiters, read together under the queue
+    /// mutex (for statistics).
+    pub(crate) fn snapshot(&self) -> (usize, usize) {
+        let queue = lock(&self.queue);
+        // ORDERING: `state` is a Relaxed load: a report, which orders nothing and
+        // publishes nothing. Under the queue mutex it is consistent with `queue.len()`
+        // as far as the queue is concerned (the QUEUED bits change only under it).
+        (self.state(), queue.len())
+    }
+
     /// Take the slot for `w` if the policy allows, else queue it. True if `w` now holds
     /// the slot.
     pub(crate) fn enqueue(&self, w: &Arc<Waiter>) -> bool {

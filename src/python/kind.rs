@@ -15,6 +15,7 @@ use pyo3::PyClass;
 use crate::core::cancel::Registration;
 use crate::core::lock::LockView;
 use crate::core::raw::{Compete, Enqueued, Notify, RawLock, RawWaiter};
+use crate::core::stats::Statistics;
 use crate::core::unlock::Hold;
 use crate::core::waiter::Mode;
 
@@ -30,6 +31,8 @@ pub(crate) trait Kind: RawLock + Clone + 'static {
     fn tag_hold(&self, tag: u64);
     fn untag_hold(&self, tag: u64);
     fn has_tagged_hold(&self, tag: u64) -> bool;
+    /// A snapshot for `statistics()`.
+    fn statistics(&self) -> Statistics;
 }
 
 impl Kind for LockView {
@@ -61,6 +64,10 @@ impl Kind for LockView {
 
     fn has_tagged_hold(&self, tag: u64) -> bool {
         LockView::has_tagged_hold(self, tag)
+    }
+
+    fn statistics(&self) -> Statistics {
+        LockView::statistics(self)
     }
 }
 

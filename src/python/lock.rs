@@ -84,6 +84,14 @@ macro_rules! lock_methods {
                 $crate::python::kind::Kind::is_locked(self.kind())
             }
 
+            /// A snapshot: ``locked``, ``holders`` (in this view's mode) and ``waiting`` (on the lock).
+            ///
+            /// See ``LockStatistics``. Both views of a ``SharableLock`` report the same
+            /// ``waiting``: the lock has one queue. Nothing is waited for or changed.
+            fn statistics(&self) -> $crate::python::stats::PyLockStatistics {
+                $crate::python::kind::Kind::statistics(self.kind()).into()
+            }
+
             fn __enter__(&self, py: Python<'_>) -> PyResult<()> {
                 $crate::python::acquire::enter(py, self.kind())
             }

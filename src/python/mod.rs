@@ -4,7 +4,8 @@ use pyo3::prelude::*;
 
 // Layers, leaves first (each module uses only those above it; `scripts/check-layers.py`
 // checks there is no cycle): `args`, `errors`, `dealloc`, `blocking`, `kind`, `shim`;
-// `cancel`, `task_owner`, `vectorcall`; `unlock`, `acquire`; `asyncio`; `lock`, `sharable`.
+// `cancel`, `task_owner`, `vectorcall`, `stats`; `unlock`, `acquire`; `asyncio`; `lock`,
+// `sharable`.
 pub(crate) mod acquire;
 mod args;
 pub(crate) mod asyncio;
@@ -16,6 +17,7 @@ pub(crate) mod kind;
 pub(crate) mod lock;
 mod sharable;
 mod shim;
+pub(crate) mod stats;
 mod task_owner;
 mod unlock;
 pub(crate) mod vectorcall;
@@ -27,6 +29,7 @@ fn _ctxlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lock::PyLock>()?;
     m.add_class::<sharable::PySharableLock>()?;
     m.add_class::<sharable::PyLockView>()?;
+    m.add_class::<stats::PyLockStatistics>()?;
     m.add_class::<cancel::PyCancelToken>()?;
     m.add_class::<unlock::PyUnlock>()?;
     m.add("_fast_calls", install_fast_calls(m.py())?)?;

@@ -1,0 +1,39 @@
+"""The workloads and rows of ``python -m ctxlock bench`` (and of ``benches/bench_locks.py``).
+
+Both the command line and the pytest-benchmark suite import the workloads from here, so the
+two can never measure different things.
+
+A *workload* (``workload.py``) performs ``n`` operations of one scenario with one lock
+implementation and returns a ``Sample``: ``loops.py`` (one thread or task, uncontended),
+``threads.py`` and ``tasks.py`` (contended). ``peers.py`` makes the locks compared
+(``ctxlock``, ``threading``, ``asyncio``, ``aiologic``, ``readerwriterlock``);
+``scenarios.py`` maps each scenario to its peers' workloads.
+
+A *row* (``row.py``) compares ctxlock with an anchor and checks the ratio against a target;
+``rows.py`` lists them and says what each measures. ``pairs.py`` measures the ratio rows with
+``sampling.py``; ``memory.py``, ``scaling.py`` and ``churn.py`` the other three. ``report.py``
+prints the results as a table or JSON, ``plot.py`` draws them.
+"""
+
+from ctxlock._bench.config import Config
+from ctxlock._bench.peers import PEER_LABELS, PeerMissing
+from ctxlock._bench.result import RowResult, format_value
+from ctxlock._bench.row import Row
+from ctxlock._bench.rows import ROW_KEYS, ROWS, run_row
+from ctxlock._bench.scenarios import SCENARIOS
+from ctxlock._bench.workload import Sample, Workload
+
+__all__ = [
+    "PEER_LABELS",
+    "ROWS",
+    "ROW_KEYS",
+    "SCENARIOS",
+    "Config",
+    "PeerMissing",
+    "Row",
+    "RowResult",
+    "Sample",
+    "Workload",
+    "format_value",
+    "run_row",
+]

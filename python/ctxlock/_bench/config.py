@@ -1,0 +1,55 @@
+"""The iteration counts of one run of the rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Config"]
+
+
+@dataclass(frozen=True)
+class Config:
+    """Iteration counts of one run: ``Config.full()`` or ``Config.quick_mode()``."""
+
+    quick: bool = False
+    repeat: int = 5
+    #: Target length of one micro-benchmark sample; the op count is calibrated to it.
+    sample_ns: int = 25_000_000
+    #: Fixed op count of the micro rows; None calibrates to ``sample_ns``.
+    micro_ops: int | None = None
+    contended_ops: int = 20_000
+    drain_threads: int = 100
+    tasks_rounds: int = 50
+    mixed_ops: int = 5_000
+    memory_locks: int = 100_000
+    memory_repeat: int = 3
+    scaling_small: int = 10_000
+    scaling_large: int = 100_000
+    scaling_repeat: int = 3
+    churn_cycles: int = 200_000
+
+    @classmethod
+    def full(cls, repeat: int | None = None, *, full_churn: bool = False) -> Config:
+        """Counts for a run of about a minute or less on two cores."""
+        return cls(
+            repeat=repeat or 5,
+            churn_cycles=1_000_000 if full_churn else 200_000,
+        )
+
+    @classmethod
+    def quick_mode(cls, repeat: int | None = None, *, full_churn: bool = False) -> Config:
+        """Tiny counts: every code path runs once or twice; the numbers mean nothing."""
+        return cls(
+            quick=True,
+            repeat=repeat or 2,
+            micro_ops=300,
+            contended_ops=300,
+            tasks_rounds=3,
+            mixed_ops=200,
+            memory_locks=20_000,
+            memory_repeat=1,
+            scaling_small=100,
+            scaling_large=1_000,
+            scaling_repeat=1,
+            churn_cycles=1_000_000 if full_churn else 2_000,
+        )

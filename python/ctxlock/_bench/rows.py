@@ -1,0 +1,200 @@
+"""The rows of ``python -m ctxlock bench``, in report order, and ``run_row``.
+
+A *row* compares ctxlock with an anchor and checks the ratio against a target. Every ratio
+row runs ctxlock and its anchor in this process, interleaved (ours first in even repeats,
+the anchor first in odd ones), with the garbage collector collected and then disabled during
+each sample; it reports the median over the repeats and ``ratio = ctxlock / anchor`` (cost
+over cost, so lower is better). The rows:
+
+``acquire_unlock``
+    ``u = acq(); u()`` with ``acq = lock.acquire`` pre-bound, against ``threading.Lock``'s
+    pre-bound ``acquire()`` / ``release()``. Target <= 1.0.
+``with``
+    ``with lock: pass`` on one reused lock, against the same with one ``threading.Lock``.
+    Target <= 0.8.
+``acquire_deadline``
+    ``acq(deadline=30.0)()`` against ``tl.acquire(timeout=30.0); tl.release()``.
+    Target <= 0.5.
+``shared_with``
+    ``with rw.shared: pass`` (the view bound once) against ``with threading.Lock()``.
+    Target <= 1.5.
+``shared_vs_rwlock``
+    The same shared hold against a reader of ``readerwriterlock.rwlock.RWLockFair``
+    (skipped if readerwriterlock is not installed). Target <= 0.15.
+``contended_4``
+    Four threads each increment a counter ``n`` times under ``with lock:``; ns per
+    increment overall. Each acquire is also timed: the row also fails if ctxlock's longest
+    single wait (median over the repeats of each run's worst) is longer than
+    ``threading.Lock``'s. Target <= 1.0. The note adds two things that explain the waits:
+    the process's thread switches per 1,000 increments for both locks, and a control run of
+    the same loop with no lock at all (``NoLock``), whose longest "wait" is the GIL's.
+``drain_100``
+    100 threads block on a held lock; the time from the one release until every one of
+    them has acquired and released once, per thread. Target <= 1.0.
+``async_with``
+    ``async with lock: pass`` in one task, uncontended, against ``asyncio.Lock``.
+    Target <= 0.6.
+``tasks_100``
+    100 tasks each do ``async with lock: await asyncio.sleep(0)`` for a number of rounds;
+    ns per hold, against ``asyncio.Lock``. Target <= 1.0.
+``mixed_2t2t``
+    Two threads (``with lock:``) and two tasks on one loop (``async with lock:``) share one
+    lock and increment a counter; ns per increment against ``aiologic.Lock`` used the same
+    way (skipped if aiologic is not installed). The ratio is ctxlock's cost over aiologic's;
+    the target <= 0.2 means at least five times aiologic's throughput.
+``memory_100k``
+    RSS growth per lock for 100,000 ``Lock()`` against 100,000 ``threading.Lock()``, each
+    side in a fresh interpreter; the tracemalloc peak is reported too (it does not see what
+    the Rust core allocates itself, so the ratio uses RSS). Target <= 2.0.
+``tasks_scaling``
+    100,000 tasks queue on one held lock, then all pass through it once (``async with``);
+    the time for that over the time for 10,000 tasks. Linear is 10; target <= 12.
+``churn_rss``
+    RSS growth over many acquire / timeout / cancel cycles (200,000 by default,
+    ``--full-churn`` for 1,000,000). The ratio column is the growth in MB; target <= 2.
+
+In quick mode every row runs with tiny counts: the numbers mean nothing, but every code path
+runs and every workload checks its own invariants (counts, mutual exclusion).
+
+A row whose peer library is not installed is skipped with a note; any other exception makes
+the row an error with its traceback, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Mapping, Sequence
+
+from ctxlock._bench.churn import churn_row
+from ctxlock._bench.config import Config
+from ctxlock._bench.memory import memory_row
+from ctxlock._bench.pairs import pair
+from ctxlock._bench.peers import PeerMissing
+from ctxlock._bench.result import RowResult
+from ctxlock._bench.row import Row
+from ctxlock._bench.scaling import scaling_row
+
+__all__ = ["ROWS", "ROW_KEYS", "run_row"]
+
+
+def _micro(cfg: Config) -> int | None:
+    return cfg.micro_ops
+
+
+ROWS: Sequence[Row] = (
+    Row(
+        "acquire_unlock",
+        "u = acq(); u() vs threading.Lock acquire()/release(), all pre-bound",
+        "threading.Lock",
+        1.0,
+        pair("acquire_unlock", "threading", _micro),
+    ),
+    Row(
+        "with",
+        "with lock: vs with threading.Lock() (one lock reused)",
+        "threading.Lock",
+        0.8,
+        pair("with", "threading", _micro),
+    ),
+    Row(
+        "acquire_deadline",
+        "lock.acquire(deadline=30)() vs tl.acquire(timeout=30); tl.release()",
+        "threading.Lock",
+        0.5,
+        pair("acquire_deadline", "threading", _micro),
+    ),
+    Row(
+        "shared_with",
+        "with rw.shared: vs with threading.Lock()",
+        "threading.Lock",
+        1.5,
+        pair("shared_with", "threading", _micro),
+    ),
+    Row(
+        "shared_vs_rwlock",
+        "with rw.shared: vs with RWLockFair().gen_rlock() (readerwriterlock)",
+        "RWLockFair reader",
+        0.15,
+        pair("shared_with", "readerwriterlock", _micro),
+    ),
+    Row(
+        "contended_4",
+        "4 threads increment a counter under with lock:; ns per increment, longest wait",
+        "threading.Lock",
+        1.0,
+        pair("contended_4", "threading", lambda c: c.contended_ops, compare_wait=True),
+        unit="ns/op",
+    ),
+    Row(
+        "drain_100",
+        "100 threads blocked on a held lock: release until all have passed once",
+        "threading.Lock",
+        1.0,
+        pair("drain_100", "threading", lambda c: c.drain_threads),
+        unit="ns/thread",
+    ),
+    Row(
+        "async_with",
+        "async with lock: uncontended in one task vs asyncio.Lock",
+        "asyncio.Lock",
+        0.6,
+        pair("async_with", "asyncio", _micro),
+    ),
+    Row(
+        "tasks_100",
+        "100 tasks: async with lock: await asyncio.sleep(0), rounds; ns per hold",
+        "asyncio.Lock",
+        1.0,
+        pair("tasks_100", "asyncio", lambda c: c.tasks_rounds),
+    ),
+    Row(
+        "mixed_2t2t",
+        "2 threads (with) + 2 tasks (async with) on one lock; cost per op vs aiologic",
+        "aiologic.Lock",
+        0.2,
+        pair("mixed_2t2t", "aiologic", lambda c: c.mixed_ops),
+    ),
+    Row(
+        "memory_100k",
+        "RSS growth of 100,000 Locks vs 100,000 threading.Locks (fresh interpreters)",
+        "threading.Lock",
+        2.0,
+        memory_row,
+        unit="B/lock",
+    ),
+    Row(
+        "tasks_scaling",
+        "100,000 tasks queued on a held lock pass through, vs 10,000 (linear is 10)",
+        "10x fewer tasks",
+        12.0,
+        scaling_row,
+        unit="ns",
+    ),
+    Row(
+        "churn_rss",
+        "RSS growth over acquire/timeout/cancel cycles (ratio column: MB)",
+        "budget",
+        2.0,
+        churn_row,
+        unit="B",
+        ratio_unit=" MB",
+    ),
+)
+
+ROW_KEYS: Sequence[str] = tuple(row.key for row in ROWS)
+_ROWS_BY_KEY: Mapping[str, Row] = {row.key: row for row in ROWS}
+
+
+def run_row(key: str, cfg: Config) -> RowResult:
+    """Measure one row; never raises for a missing peer or a failed workload.
+
+    A missing peer (``PeerMissing``) skips the row; any other exception makes it an error
+    row carrying the exception's traceback.
+    """
+    row = _ROWS_BY_KEY[key]
+    try:
+        return row.measure(row, cfg)
+    except PeerMissing as exc:
+        return row.skipped(str(exc))
+    except Exception as exc:
+        return row.failed(f"error: {type(exc).__name__}: {exc}", traceback.format_exc())

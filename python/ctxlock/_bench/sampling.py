@@ -1,0 +1,56 @@
+"""Taking samples: one timed run, the calibrated op count, interleaved repeats, the median."""
+
+from __future__ import annotations
+
+import gc
+import statistics
+from collections.abc import Sequence
+
+from ctxlock._bench.workload import Sample, Workload
+
+__all__ = ["calibrate", "interleave", "median", "timed"]
+
+#: The most operations a calibrated micro-benchmark sample may have.
+_MAX_MICRO_OPS = 5_000_000
+
+
+def timed(workload: Workload, n: int) -> Sample:
+    """``workload.run(n)`` after a collection, with the garbage collector off."""
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return workload.run(n)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def calibrate(workloads: Sequence[Workload], sample_ns: int) -> int:
+    """An op count making the slowest workload's run last about ``sample_ns``.
+
+    The probe runs double as warm-up.
+    """
+    probe = 2_000
+    per_op = max(timed(w, probe).per_op_ns for w in workloads)
+    return max(probe, min(_MAX_MICRO_OPS, int(sample_ns / max(per_op, 1.0))))
+
+
+def interleave(
+    ours: Workload, theirs: Workload, n: int, repeat_count: int
+) -> tuple[list[Sample], list[Sample]]:
+    """``repeat_count`` samples of each, alternating which one goes first."""
+    got_ours: list[Sample] = []
+    got_theirs: list[Sample] = []
+    for i in range(repeat_count):
+        if i % 2 == 0:
+            got_ours.append(timed(ours, n))
+            got_theirs.append(timed(theirs, n))
+        else:
+            got_theirs.append(timed(theirs, n))
+            got_ours.append(timed(ours, n))
+    return got_ours, got_theirs
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))

@@ -1,0 +1,84 @@
+"""Every scenario and the workload of each peer in it; the rows and the pytest-benchmark
+suite both take their workloads from here, so the two cannot measure different things."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+
+from ctxlock._bench.loops import (
+    AsyncWith,
+    CtxlockAcquireDeadline,
+    CtxlockAcquireUnlock,
+    ThreadingAcquireRelease,
+    ThreadingAcquireTimeout,
+    WithLoop,
+)
+from ctxlock._bench.peers import (
+    aiologic_lock,
+    asyncio_lock,
+    ctxlock_lock,
+    ctxlock_shared,
+    no_lock,
+    rwlock_reader,
+    threading_lock,
+)
+from ctxlock._bench.tasks import Mixed, Tasks, TasksThrough
+from ctxlock._bench.threads import Contended, Drain
+from ctxlock._bench.workload import Workload
+
+__all__ = ["SCENARIOS", "WorkloadFactory"]
+
+WorkloadFactory = Callable[[], Workload]
+
+#: scenario -> peer -> workload factory. ``ctxlock`` is in every scenario.
+SCENARIOS: Mapping[str, Mapping[str, WorkloadFactory]] = {
+    "acquire_unlock": {
+        "ctxlock": CtxlockAcquireUnlock,
+        "threading": ThreadingAcquireRelease,
+    },
+    "with": {
+        "ctxlock": functools.partial(WithLoop, ctxlock_lock),
+        "threading": functools.partial(WithLoop, threading_lock),
+        "aiologic": functools.partial(WithLoop, aiologic_lock),
+    },
+    "acquire_deadline": {
+        "ctxlock": CtxlockAcquireDeadline,
+        "threading": ThreadingAcquireTimeout,
+    },
+    "shared_with": {
+        "ctxlock": functools.partial(WithLoop, ctxlock_shared),
+        "threading": functools.partial(WithLoop, threading_lock),
+        "readerwriterlock": functools.partial(WithLoop, rwlock_reader),
+    },
+    "contended_4": {
+        "ctxlock": functools.partial(Contended, ctxlock_lock),
+        "threading": functools.partial(Contended, threading_lock),
+        "aiologic": functools.partial(Contended, aiologic_lock),
+        "nolock": functools.partial(Contended, no_lock, excludes=False),
+    },
+    "drain_100": {
+        "ctxlock": functools.partial(Drain, ctxlock_lock),
+        "threading": functools.partial(Drain, threading_lock),
+        "aiologic": functools.partial(Drain, aiologic_lock),
+    },
+    "async_with": {
+        "ctxlock": functools.partial(AsyncWith, ctxlock_lock),
+        "asyncio": functools.partial(AsyncWith, asyncio_lock),
+        "aiologic": functools.partial(AsyncWith, aiologic_lock),
+    },
+    "tasks_100": {
+        "ctxlock": functools.partial(Tasks, ctxlock_lock),
+        "asyncio": functools.partial(Tasks, asyncio_lock),
+        "aiologic": functools.partial(Tasks, aiologic_lock),
+    },
+    "tasks_through": {
+        "ctxlock": functools.partial(TasksThrough, ctxlock_lock),
+        "asyncio": functools.partial(TasksThrough, asyncio_lock),
+        "aiologic": functools.partial(TasksThrough, aiologic_lock),
+    },
+    "mixed_2t2t": {
+        "ctxlock": functools.partial(Mixed, ctxlock_lock),
+        "aiologic": functools.partial(Mixed, aiologic_lock),
+    },
+}

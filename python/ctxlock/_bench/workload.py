@@ -1,0 +1,83 @@
+"""What a workload is: ``run(n)`` performs ``n`` operations and returns a ``Sample``."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from dataclasses import dataclass
+from types import TracebackType
+
+__all__ = ["RUN_TIMEOUT_S", "AsyncWorkload", "BenchError", "Sample", "Workload", "expect"]
+
+#: Longest a single workload run may take before it counts as hung, in seconds.
+RUN_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What one workload run measured."""
+
+    ops: int
+    elapsed_ns: int
+    #: Longest single acquire, for the workloads that time each one (else 0).
+    max_wait_ns: int = 0
+    #: Thread switches (voluntary and forced) in the process during the run, for the
+    #: workloads that count them (else 0; 0 also where ``resource`` is missing).
+    switches: int = 0
+
+    @property
+    def per_op_ns(self) -> float:
+        return self.elapsed_ns / self.ops
+
+
+class BenchError(RuntimeError):
+    """A workload saw a broken invariant (a lost count, two holders) or hung."""
+
+
+def expect(condition: bool, what: str) -> None:
+    if not condition:
+        raise BenchError(what)
+
+
+class Workload(abc.ABC):
+    """One scenario with one lock implementation; ``run(n)`` does ``n`` operations.
+
+    What an "operation" is depends on the scenario (see each class). A workload is a
+    context manager: ``close()`` releases what it owns (an event loop).
+    """
+
+    @abc.abstractmethod
+    def run(self, n: int) -> Sample:
+        """Perform ``n`` operations and return how long they took."""
+
+    def close(self) -> None:
+        """Release owned resources; the default owns none."""
+        return None
+
+    def __enter__(self) -> Workload:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class AsyncWorkload(Workload):
+    """A workload timed inside a coroutine on an event loop it owns."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+
+    def run(self, n: int) -> Sample:
+        return self._loop.run_until_complete(asyncio.wait_for(self._main(n), RUN_TIMEOUT_S))
+
+    @abc.abstractmethod
+    async def _main(self, n: int) -> Sample:
+        """The timed part, on this workload's loop."""
+
+    def close(self) -> None:
+        self._loop.close()
