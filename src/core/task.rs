@@ -6,7 +6,8 @@
 //! task that is gone cannot leak or double-grant the lock. The wait is settled exactly
 //! once: by the task when its doorbell rang ([`TaskWait::finish`]), or by whoever sees
 //! that the task will not finish (it was cancelled, its loop is gone, it was dropped:
-//! [`TaskWait::give_up`]). Both apply the one give-up rule (`give_up.rs`).
+//! [`TaskWait::give_up`]). Both apply the one give-up rule (`give_up.rs`). loom checks
+//! the settlement against a racing grant (`tests/loom_lock.rs`, `task_settles_once`).
 
 use std::task::Waker;
 use std::time::Instant;
