@@ -24,13 +24,15 @@ test: develop lint test-rust test-loom test-python sanitize
 
 lint:
 	cargo fmt --check
+	# The modules of src/core and of src/python form no cycle (each a DAG of layers).
+	$(PYTHON) scripts/check-layers.py
 	cargo clippy --all-targets --quiet -- -D warnings
 	cargo clippy --all-targets --features python --quiet -- -D warnings
 	# The free-threaded build (Py_GIL_DISABLED), checked without an interpreter.
 	PYO3_CONFIG_FILE=$(CURDIR)/ci/pyo3-free-threaded.cfg \
 		cargo clippy --all-targets --features python --target-dir target/free-threaded --quiet -- -D warnings
-	$(PY) -m ruff check python tests benches
-	$(PY) -m ruff format --check python tests benches
+	$(PY) -m ruff check python tests benches scripts
+	$(PY) -m ruff format --check python tests benches scripts
 	$(PY) -m mypy
 	# The awaitables' types against asyncio's APIs (create_task, TaskGroup).
 	$(PY) -m mypy tests/typecheck_asyncio.py

@@ -25,12 +25,19 @@ mod core;
 #[cfg(feature = "python")]
 mod python;
 
+pub use crate::core::acquire;
 pub use crate::core::cancel::{CancelToken, Reason, Registration};
 pub use crate::core::deadline::{BadTimeout, Timeout};
 pub use crate::core::error::AcquireError;
 pub use crate::core::fork::after_fork_in_child;
 pub use crate::core::lock::{forever, Lock, LockView, SharableLock};
-pub use crate::core::task::TaskWait;
-pub use crate::core::unlock::Unlock;
-pub use crate::core::wait::{Compete, Interrupt, ThreadWait, Wait, Woken};
+pub use crate::core::park::Interrupt;
+pub use crate::core::raw::{Compete, Enqueued, Notify, RawLock, RawWaiter, Status};
+pub use crate::core::unlock::Hold;
+pub use crate::core::wait::{ThreadWait, Wait, Woken};
+
+/// A queued asynchronous acquire of an in-process lock.
+pub type TaskWait = crate::core::task::TaskWait<LockView>;
+/// The once-only release of an in-process lock's hold.
+pub type Unlock = crate::core::unlock::Unlock<LockView>;
 pub use crate::core::waiter::Mode;

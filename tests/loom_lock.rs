@@ -1,5 +1,6 @@
-//! loom models of `Lock`: exclusion, hand-off to a parked waiter, and the races between a
-//! grant and a waiter that gives up (abandon, cancellation).
+//! loom models of `Lock`: exclusion, hand-off to a parked waiter, the races between a
+//! grant and a waiter that gives up (abandon, cancellation), and a task's wait settled
+//! exactly once (`TaskWait::finish` against `TaskWait::give_up`).
 //!
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom_lock`
 //!
@@ -391,4 +392,47 @@ fn loom_grant_cancel_race_competing_later() {
         Lock::new,
         |lock, token| lock_competing_later(lock, until_cancelled(token)),
     );
+}
+
+/// A queued task's wait is settled exactly once: the task finishes it (its doorbell
+/// rang) while its doorbell gives it up (the loop is gone) and the holder unlocks,
+/// granting it. Whoever settles first decides: `finish` returns the lock (the task
+/// releases it), a timeout without it, or `Abandoned` when the doorbell settled first
+/// (then a grant was passed on). The lock is never leaked or released twice.
+fn task_settles_once(new: fn() -> Lock) {
+    model("task_settles_once", move || {
+        let lock = new();
+        assert!(lock.try_lock());
+        let task = Arc::new(
+            lock.lock_task(noop_waker())
+                .expect("the lock is held, so the task queues"),
+        );
+        let holder = {
+            let lock = lock.clone();
+            thread::spawn(move || assert!(lock.unlock()))
+        };
+        let doorbell = {
+            let task = task.clone();
+            thread::spawn(move || task.give_up())
+        };
+        match task.finish::<()>(None) {
+            Ok(()) => assert!(lock.unlock(), "finish said held, but the lock is not"),
+            Err(AcquireError::Timeout) | Err(AcquireError::Abandoned) => {}
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+        holder.join().unwrap();
+        doorbell.join().unwrap();
+        drop(task);
+        assert_free(&lock);
+    });
+}
+
+#[test]
+fn loom_task_settles_once_fair() {
+    task_settles_once(Lock::fair);
+}
+
+#[test]
+fn loom_task_settles_once_barging() {
+    task_settles_once(Lock::new);
 }

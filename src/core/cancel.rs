@@ -28,7 +28,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Instant;
 
-use super::{runner, timer};
+use super::timer::{self, Expire};
+use super::{deadline, runner};
 
 /// Why a token was cancelled: any value; the binding stores a Python object here.
 pub type Reason = Arc<dyn Any + Send + Sync>;
@@ -59,7 +60,7 @@ enum By {
 #[derive(Clone)]
 pub struct CancelToken(Arc<Node>);
 
-pub(crate) struct Node {
+struct Node {
     /// Set once, with `Inner::reason`; read without the mutex on every acquire.
     cancelled: AtomicBool,
     inner: Mutex<Inner>,
@@ -212,7 +213,7 @@ impl CancelToken {
 
 impl Node {
     fn create(parent: Option<&Arc<Node>>, own_deadline: Option<(Instant, Reason)>) -> Arc<Node> {
-        let deadline = crate::core::deadline::earliest(
+        let deadline = deadline::earliest(
             own_deadline.as_ref().map(|(at, _)| *at),
             parent.and_then(|p| p.deadline),
         );
@@ -255,9 +256,8 @@ impl Node {
                 // Already due (a deadline of 0): cancelled before anyone can look.
                 node.expire_own();
             } else {
-                let _ = node
-                    .timer_key
-                    .set(timer::schedule(*at, Arc::downgrade(&node)));
+                let entry: Weak<Node> = Arc::downgrade(&node);
+                let _ = node.timer_key.set(timer::schedule(*at, entry));
             }
         }
         node
@@ -291,8 +291,8 @@ impl Node {
         })
     }
 
-    /// Cancel with this node's own deadline reason (the timer's call).
-    pub(crate) fn expire_own(&self) {
+    /// Cancel with this node's own deadline reason (its deadline is due).
+    fn expire_own(&self) {
         if let Some((_, reason)) = &self.own_deadline {
             self.cancel(reason.clone(), By::Deadline);
         }
@@ -356,6 +356,13 @@ impl Node {
         // Last, as a pin may be the last reference to its node (freed here, in a loop).
         drop(pins);
         true
+    }
+}
+
+/// The timer's call at this node's own deadline.
+impl Expire for Node {
+    fn expire(&self) {
+        self.expire_own();
     }
 }
 

@@ -14,8 +14,16 @@ pub enum AcquireError<E = Infallible> {
     Cancelled(Reason),
     /// A non-blocking acquire found the lock taken.
     WouldBlock,
+    /// An acquire with a deadline of zero (try once) found the lock taken.
+    TakenNow,
     /// The interrupt check failed (a signal handler raised).
     Interrupted(E),
+    /// A task's wait was settled without it: given up because its doorbell could not
+    /// reach it (its event loop is closed).
+    Abandoned,
+    /// The token was cancelled with a reason that says its deadline passed (the
+    /// embedding tells which reasons do; the core never builds this one).
+    TokenDeadline(Reason),
 }
 
 impl<E> fmt::Debug for AcquireError<E> {
@@ -24,7 +32,10 @@ impl<E> fmt::Debug for AcquireError<E> {
             AcquireError::Timeout => "Timeout",
             AcquireError::Cancelled(_) => "Cancelled",
             AcquireError::WouldBlock => "WouldBlock",
+            AcquireError::TakenNow => "TakenNow",
             AcquireError::Interrupted(_) => "Interrupted",
+            AcquireError::Abandoned => "Abandoned",
+            AcquireError::TokenDeadline(_) => "TokenDeadline",
         })
     }
 }
@@ -35,7 +46,12 @@ impl<E> fmt::Display for AcquireError<E> {
             AcquireError::Timeout => "the deadline passed before the lock was acquired",
             AcquireError::Cancelled(_) => "the acquire was cancelled",
             AcquireError::WouldBlock => "the lock is taken",
+            AcquireError::TakenNow => "the lock is taken (deadline=0)",
             AcquireError::Interrupted(_) => "the wait was interrupted",
+            AcquireError::Abandoned => "the wait was given up: its event loop could not be reached",
+            AcquireError::TokenDeadline(_) => {
+                "the cancel token's deadline passed before the lock was acquired"
+            }
         })
     }
 }

@@ -10,21 +10,57 @@
 use std::ops::Deref;
 use std::task::Waker;
 
+use super::acquire;
 use super::cancel::CancelToken;
 use super::error::AcquireError;
-use super::slot::{Policy, Slot};
+use super::raw::{Compete, Enqueued, Notify, RawLock};
+use super::slot::{Policy, Slot, SlotWaiter};
 use super::state::{readers, WRITER};
 use super::sync::{lock, Arc};
 use super::task::TaskWait;
-use super::unlock::Unlock;
-use super::wait::{Compete, ThreadWait, Wait};
-use super::waiter::Mode;
+use super::unlock::{Hold, Unlock};
+use super::wait::{ThreadWait, Wait};
+use super::waiter::{Mode, Waiter};
 
 /// A slot and the mode in which it is acquired. Cloning shares the slot.
 #[derive(Clone)]
 pub struct LockView {
     slot: Arc<Slot>,
     mode: Mode,
+}
+
+/// The in-process kind of lock: a slot in one mode.
+impl RawLock for LockView {
+    type Waiter = SlotWaiter;
+
+    #[inline]
+    fn try_lock(&self) -> bool {
+        self.slot.try_lock(self.mode)
+    }
+
+    #[inline]
+    fn unlock(&self) -> bool {
+        self.slot.release(self.mode)
+    }
+
+    fn enqueue(&self, notify: Notify, compete: Compete) -> Enqueued<SlotWaiter> {
+        let waiter = Arc::new(Waiter::new(self.mode, notify, compete == Compete::Later));
+        if self.slot.enqueue(&waiter) {
+            return Enqueued::Acquired;
+        }
+        Enqueued::Queued(SlotWaiter {
+            slot: self.slot.clone(),
+            waiter,
+        })
+    }
+}
+
+/// An [`Unlock`] of the in-process kind releases one hold of its view.
+impl Hold for LockView {
+    #[inline]
+    fn release(&self) -> bool {
+        self.slot.release(self.mode)
+    }
 }
 
 impl LockView {
@@ -47,7 +83,7 @@ impl LockView {
         self.slot.try_lock(self.mode)
     }
 
-    /// Acquire, waiting as `wait` allows; the raw form of [`LockView::acquire`].
+    /// Acquire, waiting as `wait` allows (the driver's rules, `acquire.rs`).
     ///
     /// # Cancellation
     /// A token that is already cancelled fails at once, even if the lock is free (Go
@@ -55,33 +91,19 @@ impl LockView {
     /// interrupted leaves the queue without the lock; if the lock was handed to it at
     /// that moment, a timeout keeps it and a cancellation or interrupt passes it on.
     pub fn lock<E>(&self, wait: Wait<'_, E>) -> Result<(), AcquireError<E>> {
-        if let Some(t) = wait.cancel {
-            if t.is_cancelled() {
-                return Err(AcquireError::Cancelled(
-                    t.reason().unwrap_or_else(|| std::sync::Arc::new(())),
-                ));
-            }
-        }
-        if self.try_lock() {
-            return Ok(());
-        }
-        self.lock_slow(wait)
-    }
-
-    /// The waiting part of [`LockView::lock`], for callers that ran the fast path and
-    /// the token check themselves (the binding does, before it releases the GIL).
-    #[cold]
-    pub fn lock_slow<E>(&self, wait: Wait<'_, E>) -> Result<(), AcquireError<E>> {
-        self.slot.acquire_slow(self.mode, wait)
+        acquire::lock(self, wait)
     }
 
     /// The waiting part of [`LockView::lock`] as steps, for a caller that must do
     /// something between being woken to compete and competing (the binding takes the
-    /// GIL back first, see `ThreadWait`). The caller ran the fast path and the token
-    /// check.
+    /// GIL back first). The caller ran the fast path and the token check.
     #[cold]
-    pub fn wait_steps<'a, E>(&'a self, wait: Wait<'a, E>, compete: Compete) -> ThreadWait<'a, E> {
-        ThreadWait::new(&self.slot, self.mode, wait, compete)
+    pub fn wait_steps<'a, E>(
+        &'a self,
+        wait: Wait<'a, E>,
+        compete: Compete,
+    ) -> ThreadWait<'a, LockView, E> {
+        acquire::wait_steps(self, wait, compete)
     }
 
     /// Give back a hold taken with `try_lock`/`lock`. False if there was none in this
@@ -110,18 +132,19 @@ impl LockView {
     }
 
     /// Acquire without waiting.
-    pub fn try_acquire(&self) -> Option<Unlock> {
+    pub fn try_acquire(&self) -> Option<Unlock<LockView>> {
         self.try_lock().then(|| Unlock::new(self.clone()))
     }
 
     /// Acquire and return the once-only [`Unlock`]; see [`LockView::lock`].
-    pub fn acquire<E>(&self, wait: Wait<'_, E>) -> Result<Unlock, AcquireError<E>> {
+    pub fn acquire<E>(&self, wait: Wait<'_, E>) -> Result<Unlock<LockView>, AcquireError<E>> {
         self.lock(wait).map(|()| Unlock::new(self.clone()))
     }
 
     /// Queue an asynchronous acquire woken through `waker`; `None` if it acquired at once.
-    pub fn lock_task(&self, waker: Waker) -> Option<TaskWait> {
-        TaskWait::start(self.clone(), waker)
+    pub fn lock_task(&self, waker: Waker) -> Option<TaskWait<LockView>> {
+        let task = TaskWait::start(self.clone(), waker);
+        task.queued().then_some(task)
     }
 
     /// Whether the slot is held in this view's mode.
@@ -163,13 +186,13 @@ impl LockView {
         }
     }
 
+    pub(crate) fn slot(&self) -> &Slot {
+        &self.slot
+    }
+
     /// Whether some hold carries `tag`.
     pub fn has_tagged_hold(&self, tag: u64) -> bool {
         lock(self.slot.holder_tags()).iter().any(|(t, _)| *t == tag)
-    }
-
-    pub(crate) fn slot(&self) -> &Slot {
-        &self.slot
     }
 }
 
@@ -273,5 +296,5 @@ fn _assert_send_sync() {
     is::<SharableLock>();
     is::<LockView>();
     is::<CancelToken>();
-    is::<Unlock>();
+    is::<Unlock<LockView>>();
 }

@@ -1,11 +1,27 @@
 //! The pure-Rust core: no Python here, testable with `cargo test` and loom.
+//!
+//! Layers, each module using only those above it (`scripts/check-layers.py` checks that
+//! the modules form no cycle):
+//! - tokens and time, with no lock knowledge: `sync`, `deadline`, `park`, `runner`,
+//!   `timer` (expires whatever implements its `Expire`), `fork` (what a forked child
+//!   mends), `cancel`, `token_wait`;
+//! - the seam every kind of lock plugs into, and the rules written once over it:
+//!   `error`, `raw` (the `RawLock` trait), `give_up`, `wait` (a thread's wait), `task` (a
+//!   task's wait), `acquire` (the argument rules), `unlock` (the once-only release);
+//! - the in-process slot: `waiter`, `queue`, `state`, `slot`;
+//! - the kinds of lock and the nouns on top: `lock` (`LockView` is the in-process kind),
+//!   `stats` (what `statistics()` reports).
 
+pub mod acquire;
 pub mod cancel;
 pub mod deadline;
 pub mod error;
 pub mod fork;
+pub(crate) mod give_up;
 pub mod lock;
+pub mod park;
 pub(crate) mod queue;
+pub mod raw;
 pub(crate) mod runner;
 pub(crate) mod slot;
 pub(crate) mod state;
@@ -13,6 +29,7 @@ pub mod stats;
 pub(crate) mod sync;
 pub mod task;
 pub(crate) mod timer;
+pub mod token_wait;
 pub mod unlock;
 pub mod wait;
 pub mod waiter;

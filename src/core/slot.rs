@@ -33,6 +33,7 @@
 use std::time::Duration;
 
 use super::queue::{WaitQueue, WakeList};
+use super::raw::{RawWaiter, Status};
 use super::state::{readers, slot_held, ONE_READER, QUEUED, READERS_MASK, WRITER, WRITER_QUEUED};
 use super::sync::Arc;
 use super::sync::{lock, AtomicUsize, Mutex, Ordering};
@@ -251,7 +252,7 @@ impl Slot {
 
     /// Under the queue mutex: take the slot for `w` if the policy allows, else queue
     /// `w` (keeping its old place if it queued before). True if `w` now holds the slot.
-    pub(crate) fn acquire_or_queue(&self, q: &mut WaitQueue, w: &Arc<Waiter>) -> bool {
+    fn acquire_or_queue(&self, q: &mut WaitQueue, w: &Arc<Waiter>) -> bool {
         q.forget_threads_of_parent();
         // ORDERING: Relaxed load; the CAS below decides.
         let mut s = self.state.load(Ordering::Relaxed);
@@ -462,8 +463,45 @@ impl Slot {
         &self.holder_tags
     }
 
-    pub(crate) fn queue(&self) -> &Mutex<WaitQueue> {
-        &self.queue
+    /// The state word and the number of queued waiters, read together under the queue
+    /// mutex (for statistics).
+    pub(crate) fn snapshot(&self) -> (usize, usize) {
+        let queue = lock(&self.queue);
+        // ORDERING: `state` is a Relaxed load: a report, which orders nothing and
+        // publishes nothing. Under the queue mutex it is consistent with `queue.len()`
+        // as far as the queue is concerned (the QUEUED bits change only under it).
+        (self.state(), queue.len())
+    }
+
+    /// Take the slot for `w` if the policy allows, else queue it. True if `w` now holds
+    /// the slot.
+    pub(crate) fn enqueue(&self, w: &Arc<Waiter>) -> bool {
+        self.acquire_or_queue(&mut lock(&self.queue), w)
+    }
+}
+
+/// A waiter queued in a slot: the slot's side of the seam's [`RawWaiter`].
+pub struct SlotWaiter {
+    pub(crate) slot: Arc<Slot>,
+    pub(crate) waiter: Arc<Waiter>,
+}
+
+impl RawWaiter for SlotWaiter {
+    #[inline]
+    fn status(&self) -> Status {
+        match self.waiter.status() {
+            GRANTED => Status::Granted,
+            RETRY => Status::Retry,
+            _ => Status::Waiting,
+        }
+    }
+
+    fn abandon(&self) -> bool {
+        self.slot.abandon(&self.waiter)
+    }
+
+    fn compete(&self) -> bool {
+        self.slot.compete(&self.waiter)
     }
 }
 

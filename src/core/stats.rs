@@ -14,7 +14,6 @@
 
 use super::lock::LockView;
 use super::state::{readers, WRITER};
-use super::sync::lock;
 use super::waiter::Mode;
 
 /// A snapshot of one view of a lock; see the module docs for what each field counts.
@@ -46,13 +45,8 @@ impl Statistics {
 impl LockView {
     /// A snapshot of this view: its holders, and everyone queued on the lock.
     pub fn statistics(&self) -> Statistics {
-        let slot = self.slot();
-        let queue = lock(slot.queue());
-        // ORDERING: `Slot::state` is a Relaxed load: a report, which orders nothing and
-        // publishes nothing. Under the queue mutex it is consistent with `queue.len()`
-        // as far as the queue is concerned (the QUEUED bits change only under it).
-        let state = slot.state();
-        Statistics::of(self.mode(), state, queue.len())
+        let (state, waiting) = self.slot().snapshot();
+        Statistics::of(self.mode(), state, waiting)
     }
 }
 

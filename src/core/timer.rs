@@ -1,9 +1,9 @@
-//! The one timer thread that cancels tokens at their deadlines.
+//! The one timer thread that expires things at their deadlines (tokens, today).
 //!
-//! Started lazily by the first token with a deadline; it sleeps on a condition variable
-//! until the earliest deadline and cancels that token. Entries hold weak references and
-//! are removed when their token is dropped, so tokens that never expire leave nothing
-//! behind. Blocked threads never need it (they park until the deadline themselves); it
+//! Started lazily by the first deadline; it sleeps on a condition variable until the
+//! earliest deadline and expires that entry. It knows only [`Expire`], not what expires:
+//! entries hold weak references and are removed when their owner is dropped, so tokens
+//! that never expire leave nothing behind. Blocked threads never need it (they park until the deadline themselves); it
 //! serves `on_cancel` callbacks, `wait`, asyncio waiters and the `cancelled` flag.
 
 use std::collections::BTreeMap;
@@ -12,7 +12,11 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
-use super::cancel::Node;
+/// Something the timer expires at its deadline (a token cancels itself).
+pub(crate) trait Expire: Send + Sync {
+    /// The deadline passed; runs on the timer thread, so it must not block.
+    fn expire(&self);
+}
 
 /// A timer entry: its time and a tie-breaking number.
 pub(crate) type Key = (Instant, u64);
@@ -24,7 +28,7 @@ struct Timer {
 
 #[derive(Default)]
 struct Entries {
-    due: BTreeMap<Key, Weak<Node>>,
+    due: BTreeMap<Key, Weak<dyn Expire>>,
     next: u64,
 }
 
@@ -102,10 +106,10 @@ impl Timer {
             let now = Instant::now();
             match entries.due.first_key_value().map(|(k, _)| *k) {
                 Some(key) if key.0 <= now => {
-                    let node = entries.due.remove(&key);
+                    let entry = entries.due.remove(&key);
                     drop(entries);
-                    if let Some(node) = node.and_then(|w| w.upgrade()) {
-                        node.expire_own();
+                    if let Some(entry) = entry.and_then(|w| w.upgrade()) {
+                        entry.expire();
                     }
                     entries = self.lock();
                 }
@@ -127,14 +131,14 @@ impl Timer {
     }
 }
 
-/// Cancel `node` at `at` (unless it is dropped first).
-pub(crate) fn schedule(at: Instant, node: Weak<Node>) -> Key {
+/// Expire `entry` at `at` (unless it is dropped first).
+pub(crate) fn schedule(at: Instant, entry: Weak<dyn Expire>) -> Key {
     let t = timer();
     let mut entries = t.lock();
     let key = (at, entries.next);
     entries.next += 1;
     let earliest = entries.due.first_key_value().is_none_or(|(k, _)| key < *k);
-    entries.due.insert(key, node);
+    entries.due.insert(key, entry);
     drop(entries);
     if earliest {
         t.changed.notify_one();
@@ -142,7 +146,7 @@ pub(crate) fn schedule(at: Instant, node: Weak<Node>) -> Key {
     key
 }
 
-/// Forget an entry (its token was dropped).
+/// Forget an entry (its owner was dropped).
 pub(crate) fn unschedule(key: Key) {
     // ORDERING: as in `timer`.
     let t = TIMER.load(Ordering::Acquire);

@@ -1,27 +1,67 @@
-//! Unlock: the once-only release of one acquire (Go's `UnlockFunc`).
+//! Unlock: the once-only release of one acquire (Go's `UnlockFunc`), for any kind of lock.
 //!
 //! Go builds it from a once-only function; a `sync.Once` would make a second caller
 //! wait for the first, while an unlock must never block, so it is one atomic swap here.
+//! What it releases is a [`Hold`]: one hold of some kind of lock, with room for what
+//! kinds beyond the in-process one carry (a fence number, a token cancelled when the
+//! hold is lost).
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::cancel::{CancelToken, Registration};
-use super::lock::LockView;
-use super::waiter::Mode;
-use std::sync::Arc;
 
-/// Releases one hold of a lock, once. Callable from any thread.
-pub struct Unlock {
-    view: LockView,
-    released: AtomicBool,
+/// One hold of some kind of lock, as an [`Unlock`] releases it.
+pub trait Hold: Send + Sync {
+    /// Give the hold back; false if there was none.
+    fn release(&self) -> bool;
+
+    /// The fence number the lock issued with this hold (kinds that issue one, so that
+    /// a resource can refuse a stale holder). The in-process kind issues none.
+    fn fence(&self) -> Option<u64> {
+        None
+    }
+
+    /// A token cancelled when the hold is lost without a release (a lease ran out, a
+    /// connection dropped). The in-process kind never loses a hold.
+    fn lost(&self) -> Option<&CancelToken> {
+        None
+    }
+
+    /// Drop the `unlock_on_cancel` registrations after the release (an embedding whose
+    /// callbacks hold its objects drops them its own way).
+    fn unregister(&self, registrations: Vec<Registration>) {
+        for r in registrations {
+            r.unregister();
+        }
+    }
 }
 
-impl Unlock {
-    /// Wrap a hold the caller owns (taken with `try_lock`/`lock` on `view`).
-    pub fn new(view: LockView) -> Unlock {
+/// Releases one hold, once. Callable from any thread.
+///
+/// # Invariants
+/// - `released` goes from false to true once, set by the one call that releases `hold`.
+/// - `has_registration` is set (Release) only after a registration is in
+///   `registrations`; registrations are unregistered by the release, or by
+///   [`Unlock::add_registration`] if the release came first.
+/// - `registrations` is `None` until the first registration (most `Unlock`s never
+///   have one, and dropping `None` costs nothing on the acquire/unlock path).
+pub struct Unlock<H: Hold> {
+    hold: H,
+    released: AtomicBool,
+    has_registration: AtomicBool,
+    registrations: Mutex<Option<Vec<Registration>>>,
+}
+
+impl<H: Hold> Unlock<H> {
+    /// Own a hold the caller has just taken.
+    #[inline]
+    pub fn new(hold: H) -> Unlock<H> {
         Unlock {
-            view,
+            hold,
             released: AtomicBool::new(false),
+            has_registration: AtomicBool::new(false),
+            registrations: Mutex::new(None),
         }
     }
 
@@ -29,31 +69,90 @@ impl Unlock {
     #[inline]
     pub fn unlock(&self) -> bool {
         // ORDERING: the swap only decides which call releases; the release itself
-        // orders the critical section (Release in `Slot::release`). Acquire/Release are
-        // not needed for that decision, and Relaxed RMWs on one atomic still have a
-        // single total order, so exactly one caller sees `false`.
+        // orders the critical section (the kind's Release). Relaxed RMWs on one atomic
+        // still have a single total order, so exactly one caller sees `false`.
         if self.released.swap(true, Ordering::Relaxed) {
             return false;
         }
-        let released = self.view.unlock();
-        debug_assert!(released, "BUG: an Unlock did not hold its lock");
+        self.release_claimed();
         true
     }
 
+    /// [`Unlock::unlock`] for a caller whose every call on this `Unlock` is serialized
+    /// by a lock outside it (the binding's GIL): a load and a store decide as well as a
+    /// swap would then, without its locked instruction. Without that outer lock two
+    /// callers could both release.
+    #[inline]
+    pub fn unlock_serialized(&self) -> bool {
+        // ORDERING: Relaxed: the outer lock orders these accesses.
+        if self.released.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.released.store(true, Ordering::Relaxed);
+        self.release_claimed();
+        true
+    }
+
+    #[inline]
+    fn release_claimed(&self) {
+        let released = self.hold.release();
+        debug_assert!(released, "BUG: an Unlock did not hold its lock");
+        // ORDERING: Acquire pairs with the Release store in `add_registration`, so a
+        // set flag means the registration is in the mutex.
+        if self.has_registration.load(Ordering::Acquire) {
+            self.unregister_all();
+        }
+    }
+
     /// Whether this hold has been released.
+    #[inline]
     pub fn released(&self) -> bool {
         // ORDERING: a snapshot; it orders nothing.
         self.released.load(Ordering::Relaxed)
     }
 
-    pub fn mode(&self) -> Mode {
-        self.view.mode()
+    pub fn hold(&self) -> &H {
+        &self.hold
     }
 
-    pub fn view(&self) -> &LockView {
-        &self.view
+    /// The hold's fence number, if its kind issues one.
+    pub fn fence(&self) -> Option<u64> {
+        self.hold.fence()
     }
 
+    /// The token cancelled when the hold is lost, if its kind can lose one.
+    pub fn lost(&self) -> Option<&CancelToken> {
+        self.hold.lost()
+    }
+
+    fn registrations(&self) -> MutexGuard<'_, Option<Vec<Registration>>> {
+        // Nothing panics under this mutex; a poisoned one still holds a valid Vec.
+        self.registrations.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn unregister_all(&self) {
+        let taken = self.registrations().take();
+        if let Some(taken) = taken {
+            self.hold.unregister(taken);
+        }
+    }
+
+    /// Keep the registration of an `unlock_on_cancel` callback, to unregister it when
+    /// this `Unlock` releases (at once if it already has).
+    pub fn add_registration(&self, registration: Registration) {
+        self.registrations()
+            .get_or_insert_with(Vec::new)
+            .push(registration);
+        // ORDERING: Release pairs with the Acquire load in `release_claimed`.
+        self.has_registration.store(true, Ordering::Release);
+        if self.released() {
+            // Released meanwhile (from another thread): leave no callback behind.
+            self.unregister_all();
+        }
+    }
+}
+
+impl<H: Hold + 'static> Unlock<H> {
     /// Release when `token` is cancelled, at once if it already is (Go's `UnlockOnCancel`).
     pub fn unlock_on_cancel(self: &Arc<Self>, token: &CancelToken) -> Option<Registration> {
         let me = self.clone();

@@ -2,7 +2,8 @@
 //!
 //! A waiter is a blocked thread (woken by `unpark`) or an asynchronous task (woken by a
 //! `std::task::Waker`; the Python layer's waker completes an asyncio future on the
-//! task's own loop). The core never looks inside a waker, so it stays free of Python.
+//! task's own loop): a `Notify` of the seam (`raw.rs`). The core never looks inside a
+//! waker, so it stays free of Python.
 //!
 //! `status` is the only place ownership of the slot moves to a queued waiter: a
 //! releaser sets `GRANTED` under the queue mutex after it has put the waiter's hold
@@ -11,10 +12,10 @@
 //! `ABANDONED`; if it finds `GRANTED` instead, the waiter owns the lock after all. So
 //! for every waiter exactly one of "granted" and "abandoned" happens.
 
-use std::task::Waker;
 use std::time::Instant;
 
-use super::sync::{AtomicU64, AtomicU8, Ordering, Thread};
+use super::raw::Notify;
+use super::sync::{AtomicU64, AtomicU8, Ordering};
 
 /// The two ways to hold the slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -36,12 +37,6 @@ pub(crate) const GRANTED: u8 = 1;
 pub(crate) const RETRY: u8 = 2;
 /// Left without the lock (deadline, cancellation, signal, dropped task).
 pub(crate) const ABANDONED: u8 = 3;
-
-/// How a waiter is woken.
-pub(crate) enum Notify {
-    Thread(Thread),
-    Task(Waker),
-}
 
 /// A queued acquire.
 ///
@@ -96,13 +91,10 @@ impl Waiter {
     }
 
     pub(crate) fn is_task(&self) -> bool {
-        matches!(self.notify, Notify::Task(_))
+        self.notify.is_task()
     }
 
     pub(crate) fn wake(&self) {
-        match &self.notify {
-            Notify::Thread(t) => t.unpark(),
-            Notify::Task(w) => w.wake_by_ref(),
-        }
+        self.notify.wake()
     }
 }

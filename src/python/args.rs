@@ -5,8 +5,6 @@ use pyo3::prelude::*;
 
 use crate::core::deadline::{BadTimeout, Timeout};
 
-use super::cancel::PyCancelToken;
-
 /// `deadline=`/`timeout=`: seconds from now, `None` for no limit.
 #[inline]
 pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Timeout> {
@@ -44,23 +42,4 @@ pub(crate) fn timeout_keyword<T: pyo3::PyClass>() -> PyErr {
          ctxlock takes deadline= (seconds from now)",
         T::NAME
     ))
-}
-
-/// `cancel=`: a `CancelToken` or `None`.
-#[inline]
-pub(crate) fn token<'a, 'py>(
-    value: Option<&'a Bound<'py, PyAny>>,
-) -> PyResult<Option<&'a Bound<'py, PyCancelToken>>> {
-    match value {
-        None => Ok(None),
-        Some(v) if v.is_none() => Ok(None),
-        Some(v) => v.cast::<PyCancelToken>().map(Some).map_err(|_| {
-            let ty = v
-                .get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_else(|_| "?".into());
-            PyTypeError::new_err(format!("cancel must be a CancelToken or None, not {ty}"))
-        }),
-    }
 }

@@ -16,7 +16,7 @@
 //! XX: a release that grants many tasks rings each doorbell separately; batching them
 //! into one `call_soon_threadsafe` per loop is left for the benchmark work.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::convert::Infallible;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Wake, Waker};
 use std::time::Instant;
@@ -29,66 +29,63 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyIterator, PyType};
 
+use crate::core::acquire;
 use crate::core::deadline::Timeout;
-use crate::core::lock::LockView;
+use crate::core::raw::RawLock;
 use crate::core::task::TaskWait;
 
 use super::args;
 use super::blocking::thread_ident;
 use super::cancel::PyCancelToken;
 use super::dealloc::exception_set_aside;
-use super::errors::LockTimeout;
-use super::lock::{token_error, TaskOwner};
-use super::unlock::{Owner, PyUnlock};
-
-/// A function of the Python half, `ctxlock._asyncio`, looked up once.
-macro_rules! shim_fn {
-    ($py:expr, $name:literal) => {{
-        static FUNCTION: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-        FUNCTION.import($py, "ctxlock._asyncio", $name)
-    }};
-}
-pub(crate) use shim_fn;
+use super::errors::to_pyerr;
+use super::kind::{Kind, Owner};
+use super::shim::shim_fn;
+use super::task_owner::TaskOwner;
+use super::unlock::PyUnlock;
 
 /// `acquire_async(cancel, *, deadline)`: the arguments are checked now, the lock is
 /// touched only when the result is awaited (see [`Acquire`]).
 pub(crate) fn acquire<'py>(
-    lock: &Bound<'py, PyAny>,
-    _view: &LockView,
+    py: Python<'py>,
+    owner: Owner,
     cancel: Option<&Bound<'py, PyAny>>,
     deadline: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let timeout = args::timeout(deadline, "deadline")?;
-    let token = args::token(cancel)?.map(|t| t.clone().unbind());
-    Acquire::create(lock, Step::Start { token, timeout }, true)
+    let token = super::cancel::token(cancel)?.map(|t| t.clone().unbind());
+    Acquire::create(py, owner, Step::Start { token, timeout }, true)
 }
 
 /// `__aenter__`. `async with` awaits at once, so the uncontended path takes the lock here
 /// and returns the shared finished awaitable (the cheapest `async with`); a contended one
 /// returns an [`Acquire`] that waits.
-pub(crate) fn enter<'py>(lock: &Bound<'py, PyAny>, view: &LockView) -> PyResult<Bound<'py, PyAny>> {
-    let py = lock.py();
+pub(crate) fn enter<'py, K: Kind>(
+    py: Python<'py>,
+    kind: &K,
+    owner: impl FnOnce() -> Owner,
+) -> PyResult<Bound<'py, PyAny>> {
     if trio_loaded(py)? {
         // Under trio a free lock would be taken and a taken one fail: fail both alike.
         running_loop(py)?;
     }
-    if view.try_lock() {
-        view.scope_hold();
-        TaskOwner::set(view);
+    if RawLock::try_lock(kind) {
+        kind.scope_hold();
+        TaskOwner::set(kind);
         return Ready::done(py);
     }
     let start = Step::Start {
         token: None,
         timeout: Timeout::NEVER,
     };
-    Acquire::create(lock, start, false)
+    Acquire::create(py, owner(), start, false)
 }
 
 /// `__aexit__`.
-pub(crate) fn exit<'py>(py: Python<'py>, view: &LockView) -> PyResult<Bound<'py, PyAny>> {
-    super::lock::exit(view)?;
+pub(crate) fn exit<'py, K: Kind>(py: Python<'py>, kind: &K) -> PyResult<Bound<'py, PyAny>> {
+    super::acquire::exit(kind)?;
     // `async with` runs on the task's loop thread, the thread its hold was tagged with.
-    TaskOwner::clear(view);
+    TaskOwner::clear(kind);
     Ready::done(py)
 }
 
@@ -160,7 +157,7 @@ impl Ready {
 /// `except` and [`Waiting`]'s `Drop`), so no stage leaks the lock or grants it twice.
 #[pyclass(name = "_Acquire", module = "ctxlock", frozen)]
 pub(crate) struct Acquire {
-    lock: Py<PyAny>,
+    owner: Owner,
     /// `acquire_async` returns an `Unlock`; `__aenter__` tags the hold and returns None.
     want_unlock: bool,
     /// Invariant: `Running` exactly while a step runs (taken out, so no Python code runs
@@ -197,17 +194,18 @@ enum Suspend {
 }
 
 impl Acquire {
-    fn create<'py>(
-        lock: &Bound<'py, PyAny>,
+    fn create(
+        py: Python<'_>,
+        owner: Owner,
         start: Step,
         want_unlock: bool,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    ) -> PyResult<Bound<'_, PyAny>> {
         let acquire = Acquire {
-            lock: lock.clone().unbind(),
+            owner,
             want_unlock,
             state: Mutex::new(start),
         };
-        Ok(Bound::new(lock.py(), acquire)?.into_any())
+        Ok(Bound::new(py, acquire)?.into_any())
     }
 
     fn take(&self) -> Step {
@@ -293,22 +291,16 @@ impl Acquire {
         token: Option<Py<PyCancelToken>>,
         timeout: Timeout,
     ) -> PyResult<Suspend> {
-        let lock = self.lock.bind(py);
         // Only `acquire_async` gets here on a free lock; see `enter` for `async with`.
         let event_loop = running_loop(py)?;
-        if let Some(t) = &token {
-            if t.get().token.is_cancelled() {
-                return Err(token_error(py, &t.get().token));
-            }
-        }
-        let view = Owner::of(lock).view().clone();
-        if view.try_lock() {
-            return Ok(Suspend::Return(self.held(py, &view)?));
-        }
-        if timeout.is_now() {
-            return Err(LockTimeout::new_err("the lock is taken (deadline=0)"));
+        let cancel = token.as_ref().map(|t| &t.get().token);
+        match acquire::try_first::<_, Infallible>(&self.owner, cancel, timeout, true) {
+            Ok(true) => return Ok(Suspend::Return(self.held(py)?)),
+            Ok(false) => {}
+            Err(e) => return Err(to_pyerr(py, e)),
         }
         if token.is_some() || !timeout.is_never() {
+            let lock = self.owner.object().bind(py);
             let secs = timeout.duration().map(|d| d.as_secs_f64());
             let coro = shim_fn!(py, "acquire")?.call1((lock, token, secs))?;
             return shim_step(
@@ -320,7 +312,7 @@ impl Acquire {
         }
         let fut = event_loop.call_method0(intern!(py, "create_future"))?;
         let fut_iter = fut.try_iter()?;
-        let waiting = Waiting::queue(lock, event_loop.unbind(), fut.unbind());
+        let waiting = Waiting::queue(self.owner.clone_ref(py), event_loop.unbind(), fut.unbind());
         if waiting.granted() {
             return self.finish(py, &waiting);
         }
@@ -328,13 +320,13 @@ impl Acquire {
     }
 
     /// The value of an acquire that holds the lock.
-    fn held(&self, py: Python<'_>, view: &LockView) -> PyResult<Option<Py<PyAny>>> {
+    fn held(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
         if self.want_unlock {
-            let unlock = PyUnlock::new(Owner::of(self.lock.bind(py)));
+            let unlock = PyUnlock::new(self.owner.clone_ref(py));
             Ok(Some(Py::new(py, unlock)?.into_any()))
         } else {
-            view.scope_hold();
-            TaskOwner::set(view);
+            self.owner.kind().scope_hold();
+            TaskOwner::set(self.owner.kind());
             Ok(None)
         }
     }
@@ -441,46 +433,13 @@ impl Acquire {
     }
 }
 
-/// One queued asynchronous acquire, settled exactly once.
-struct Settle {
-    /// `None`: the lock was acquired at once.
-    wait: Option<TaskWait>,
-    view: LockView,
-    /// The lock object, for the `Unlock` a successful wait returns.
-    lock: Py<PyAny>,
-    settled: AtomicBool,
-}
-
-impl Settle {
-    /// Claim the right to decide; false if someone already did.
-    fn claim(&self) -> bool {
-        // ORDERING: only decides who settles; the core's mutex orders the lock itself.
-        !self.settled.swap(true, Ordering::Relaxed)
-    }
-
-    /// Whether this waiter ends up holding the lock, leaving the queue if it does not.
-    fn take_or_leave(&self) -> bool {
-        match &self.wait {
-            None => true,
-            Some(w) => w.granted() || !w.abandon(),
-        }
-    }
-
-    /// Give up: leave the queue, or pass on a lock granted at the same moment.
-    fn give_up(&self) {
-        if self.claim() && self.take_or_leave() {
-            self.view.unlock();
-        }
-    }
-}
-
 /// The waker of a queued task: rings the task's future on its own loop.
 struct Doorbell {
     event_loop: Py<PyAny>,
     /// The thread that runs `event_loop` (the task queued from it, see `Waiting::queue`).
     loop_thread: u64,
     fut: Py<PyAny>,
-    settle: OnceLock<Weak<Settle>>,
+    wait: OnceLock<Weak<TaskWait<Owner>>>,
 }
 
 impl Doorbell {
@@ -542,38 +501,32 @@ impl Wake for Doorbell {
         if rang != Some(true) {
             // The task's loop is closed (or Python is gone): the task will never run, so
             // settle for it; a lock granted to it goes to the next waiter.
-            if let Some(settle) = self.settle.get().and_then(Weak::upgrade) {
-                settle.give_up();
+            if let Some(wait) = self.wait.get().and_then(Weak::upgrade) {
+                wait.give_up();
             }
         }
     }
 }
 
+/// One queued asynchronous acquire; the core's `TaskWait` settles it exactly once.
 #[pyclass(name = "_Waiting", module = "ctxlock", frozen)]
 pub(crate) struct Waiting {
-    settle: Arc<Settle>,
+    wait: Arc<TaskWait<Owner>>,
 }
 
 impl Waiting {
     /// Queue a task of `event_loop`; called from a task, so on the thread running that
     /// loop (the doorbell relies on it).
-    pub(crate) fn queue(lock: &Bound<'_, PyAny>, event_loop: Py<PyAny>, fut: Py<PyAny>) -> Waiting {
-        let view = Owner::of(lock).view().clone();
+    pub(crate) fn queue(owner: Owner, event_loop: Py<PyAny>, fut: Py<PyAny>) -> Waiting {
         let bell = Arc::new(Doorbell {
             event_loop,
             loop_thread: thread_ident(),
             fut,
-            settle: OnceLock::new(),
+            wait: OnceLock::new(),
         });
-        let wait = view.lock_task(Waker::from(bell.clone()));
-        let settle = Arc::new(Settle {
-            wait,
-            view,
-            lock: lock.clone().unbind(),
-            settled: AtomicBool::new(false),
-        });
-        let _ = bell.settle.set(Arc::downgrade(&settle));
-        Waiting { settle }
+        let wait = Arc::new(TaskWait::start(owner, Waker::from(bell.clone())));
+        let _ = bell.wait.set(Arc::downgrade(&wait));
+        Waiting { wait }
     }
 }
 
@@ -581,7 +534,7 @@ impl Waiting {
 impl Waiting {
     /// Whether the lock is this task's already (no need to wait).
     fn granted(&self) -> bool {
-        self.settle.wait.as_ref().is_none_or(TaskWait::granted)
+        self.wait.granted()
     }
 
     /// At the token's deadline (its `time.monotonic()` clock, not the loop's): cancel
@@ -592,7 +545,7 @@ impl Waiting {
 
     /// The task was cancelled (or its coroutine closed) while waiting.
     fn cancel(&self) {
-        self.settle.give_up();
+        self.wait.give_up();
     }
 
     /// The doorbell rang: take the lock, or raise why not.
@@ -603,34 +556,16 @@ impl Waiting {
         token: Option<&Bound<'_, PyCancelToken>>,
         want_unlock: bool,
     ) -> PyResult<Option<PyUnlock>> {
-        let settle = &self.settle;
-        if !settle.claim() {
-            return Err(PyRuntimeError::new_err(
-                "the wait was given up: its event loop could not be reached",
-            ));
-        }
-        let held = settle.take_or_leave();
-        if let Some(t) = token.map(|t| &t.get().token) {
-            // A wait that ended without the lock may have ended at the token's deadline
-            // before ctxlock's timer got to it: cancel the token now, as a thread does.
-            if t.is_cancelled() || (!held && t.expire_if_due(Instant::now())) {
-                // A cancellation that was observed leaves the lock unchanged.
-                if held {
-                    settle.view.unlock();
-                }
-                return Err(token_error(py, t));
-            }
-        }
-        if !held {
-            return Err(LockTimeout::new_err(
-                "the deadline passed before the lock was acquired",
-            ));
-        }
+        let cancel = token.map(|t| &t.get().token);
+        self.wait
+            .finish::<Infallible>(cancel)
+            .map_err(|e| to_pyerr(py, e))?;
+        let owner = self.wait.view();
         if want_unlock {
-            Ok(Some(PyUnlock::new(Owner::of(settle.lock.bind(py)))))
+            Ok(Some(PyUnlock::new(owner.clone_ref(py))))
         } else {
-            settle.view.scope_hold();
-            TaskOwner::set(&settle.view);
+            owner.kind().scope_hold();
+            TaskOwner::set(owner.kind());
             Ok(None)
         }
     }
@@ -640,6 +575,6 @@ impl Drop for Waiting {
     fn drop(&mut self) {
         // A coroutine destroyed without running its `except`/`finally` still must not
         // leave a waiter (or a granted lock) behind.
-        self.settle.give_up();
+        self.wait.give_up();
     }
 }

@@ -12,10 +12,12 @@ use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 
+use crate::core::acquire;
 use crate::core::cancel::CancelToken;
 use crate::core::error::AcquireError;
-use crate::core::lock::LockView;
-use crate::core::wait::{Compete, Interrupt, Wait, Woken};
+use crate::core::park::Interrupt;
+use crate::core::raw::{Compete, RawLock};
+use crate::core::wait::Wait;
 
 /// How often a blocked main thread runs signal handlers.
 pub(crate) const SIGNAL_SLICE: Duration = Duration::from_millis(20);
@@ -95,25 +97,16 @@ const COMPETE: Compete = Compete::AtOnce;
 /// While it waits for the GIL it stays queued, so the first release after it has waited
 /// `FAIR_AFTER` hands it the slot (the holder's next acquire then blocks and lets it
 /// run): its wait is bounded by about 1 ms, not by the interpreter's switch interval.
-pub(crate) fn lock(
+pub(crate) fn lock<L: RawLock>(
     py: Python<'_>,
-    view: &LockView,
+    lock: &L,
     cancel: Option<&CancelToken>,
     deadline: Option<Instant>,
 ) -> Result<(), AcquireError<PyErr>> {
-    let mut waiting = view.wait_steps(
-        Wait {
-            deadline,
-            cancel,
-            interrupt: interrupt(py),
-        },
-        COMPETE,
-    );
-    loop {
-        match py.detach(|| waiting.step())? {
-            Woken::Acquired => return Ok(()),
-            Woken::Retry if waiting.compete() => return Ok(()),
-            Woken::Retry => {}
-        }
-    }
+    let wait = Wait {
+        deadline,
+        cancel,
+        interrupt: interrupt(py),
+    };
+    acquire::block(lock, wait, COMPETE, |waiting| py.detach(|| waiting.step()))
 }

@@ -138,7 +138,7 @@ impl PyCancelToken {
 
     /// Wait in an asyncio task until the token is cancelled (from any thread or loop).
     fn wait_async<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        super::asyncio::shim_fn!(slf.py(), "wait_token")?.call1((slf,))
+        super::shim::shim_fn!(slf.py(), "wait_token")?.call1((slf,))
     }
 
     /// Run ``fn()`` once when the token is cancelled; at once if it already is.
@@ -212,5 +212,24 @@ impl OnCancel {
             .unwrap_or_else(|e| e.into_inner())
             .take();
         taken.is_some_and(Registration::unregister)
+    }
+}
+
+/// `cancel=`: a `CancelToken` or `None`.
+#[inline]
+pub(crate) fn token<'a, 'py>(
+    value: Option<&'a Bound<'py, PyAny>>,
+) -> PyResult<Option<&'a Bound<'py, PyCancelToken>>> {
+    match value {
+        None => Ok(None),
+        Some(v) if v.is_none() => Ok(None),
+        Some(v) => v.cast::<PyCancelToken>().map(Some).map_err(|_| {
+            let ty = v
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_else(|_| "?".into());
+            PyTypeError::new_err(format!("cancel must be a CancelToken or None, not {ty}"))
+        }),
     }
 }

@@ -3,7 +3,7 @@
 //! The exception classes are defined in `ctxlock/_errors.py` (`LockTimeout` has two
 //! bases, which an extension-made exception type cannot have) and imported here.
 
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -29,28 +29,34 @@ pub(crate) fn reason_object(py: Python<'_>, r: &Reason) -> Py<PyAny> {
     }
 }
 
-/// The error an acquire raises when its token was cancelled with `reason`: a token
-/// cancelled by a deadline (its reason is a `LockTimeout`) times out the acquire.
-pub(crate) fn cancelled(py: Python<'_>, r: &Reason) -> PyErr {
-    let obj = reason_object(py, r);
-    if obj.bind(py).is_instance_of::<LockTimeout>() {
-        let err =
-            LockTimeout::new_err("the cancel token's deadline passed before the lock was acquired");
-        err.set_cause(py, Some(PyErr::from_value(obj.into_bound(py))));
-        err
-    } else {
-        Cancelled::new_err((obj,))
-    }
-}
-
-pub(crate) fn to_pyerr(py: Python<'_>, e: AcquireError<PyErr>) -> PyErr {
-    match e {
-        AcquireError::Timeout => {
-            LockTimeout::new_err("the deadline passed before the lock was acquired")
+/// The Python exception of an acquire that did not acquire. Every message is the core
+/// error's own (`AcquireError`'s `Display`). A token cancelled with a `LockTimeout`
+/// reason (its deadline, see `deadline_reason`) times the acquire out, with the reason
+/// as the cause; any other reason raises `Cancelled(reason)`.
+pub(crate) fn to_pyerr<E: Into<PyErr>>(py: Python<'_>, e: AcquireError<E>) -> PyErr {
+    let e = match e {
+        AcquireError::Cancelled(r)
+            if reason_object(py, &r)
+                .bind(py)
+                .is_instance_of::<LockTimeout>() =>
+        {
+            AcquireError::TokenDeadline(r)
         }
-        AcquireError::Cancelled(r) => cancelled(py, &r),
-        AcquireError::WouldBlock => WouldBlock::new_err("the lock is taken"),
-        AcquireError::Interrupted(e) => e,
+        e => e,
+    };
+    let message = e.to_string();
+    match e {
+        AcquireError::Timeout | AcquireError::TakenNow => LockTimeout::new_err(message),
+        AcquireError::TokenDeadline(r) => {
+            let err = LockTimeout::new_err(message);
+            let cause = reason_object(py, &r).into_bound(py);
+            err.set_cause(py, Some(PyErr::from_value(cause)));
+            err
+        }
+        AcquireError::Cancelled(r) => Cancelled::new_err((reason_object(py, &r),)),
+        AcquireError::WouldBlock => WouldBlock::new_err(message),
+        AcquireError::Abandoned => PyRuntimeError::new_err(message),
+        AcquireError::Interrupted(e) => e.into(),
     }
 }
 

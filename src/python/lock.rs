@@ -1,157 +1,28 @@
-//! `ctxlock.Lock`, and the members it shares with the `SharableLock` views.
-//!
-//! Every acquire runs the same three steps: parse the arguments (no clock), check the
-//! token and try the CAS with the GIL held; only if the CAS fails does it go to the
-//! `#[cold]` contended path, which reads the clock and releases the GIL while it waits.
-//! `with lock:` uses the CAS directly and creates no `Unlock` object.
+//! `ctxlock.Lock`, and the members every lock class shares (`lock_methods!`).
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::core::cancel::CancelToken;
-use crate::core::deadline::Timeout;
 use crate::core::lock::{Lock, LockView};
 
-use super::args;
-use super::blocking::{self, thread_ident};
-use super::errors::{cancelled, to_pyerr, LockTimeout, WouldBlock};
 use super::unlock::PyUnlock;
-
-/// Self-deadlock detection: a hold taken by `async with` in a task is tagged with the
-/// thread of the task's event loop, from `__aenter__` until its `__aexit__`.
-///
-/// The rule: a blocking acquire raises `RuntimeError` instead of waiting exactly when
-/// its wait could never end: it has no deadline and no token, it runs on a thread whose
-/// event loop has a task holding the lock by `async with`, and it has to wait. That
-/// hold ends only with the task's `__aexit__`, which runs on this loop, which this wait
-/// blocks. Nothing else is a provable deadlock, so nothing else raises: a wait with a
-/// deadline or a token ends (with `LockTimeout` or `Cancelled`), and a hold owned by an
-/// `Unlock` may be released from any thread (the task may have handed it to one).
-pub(crate) struct TaskOwner;
-
-impl TaskOwner {
-    /// Tag a hold just taken by `async with`.
-    pub(crate) fn set(view: &LockView) {
-        view.tag_hold(thread_ident());
-    }
-
-    /// Untag a hold that `__aexit__` (on the loop's thread) released.
-    pub(crate) fn clear(view: &LockView) {
-        view.untag_hold(thread_ident());
-    }
-
-    fn check(view: &LockView) -> PyResult<()> {
-        if view.has_tagged_hold(thread_ident()) {
-            return Err(PyRuntimeError::new_err(
-                "deadlock: a blocking acquire with no deadline and no token on an event \
-                 loop's thread, while a task of that loop holds the lock by `async with`; \
-                 use `await lock.acquire_async()` in the event loop",
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// `acquire(cancel, *, deadline, blocking)` up to the hold; the caller wraps it.
-#[inline]
-pub(crate) fn lock(
-    py: Python<'_>,
-    view: &LockView,
-    cancel: Option<&Bound<'_, PyAny>>,
-    deadline: Option<&Bound<'_, PyAny>>,
-    blocking: bool,
-) -> PyResult<()> {
-    if cancel.is_none() && deadline.is_none() && blocking {
-        // The plain `acquire()`: nothing to parse or check.
-        return lock_plain(py, view);
-    }
-    let timeout = args::timeout(deadline, "deadline")?;
-    let token = args::token(cancel)?.map(|t| &t.get().token);
-    if !blocking && deadline.is_some_and(|d| !d.is_none()) {
-        return Err(PyValueError::new_err(
-            "deadline cannot be given with blocking=False",
-        ));
-    }
-    if let Some(t) = token {
-        if t.is_cancelled() {
-            return Err(token_error(py, t));
-        }
-    }
-    if view.try_lock() {
-        return Ok(());
-    }
-    lock_contended(py, view, token, timeout, blocking)
-}
-
-#[cold]
-fn lock_contended(
-    py: Python<'_>,
-    view: &LockView,
-    token: Option<&CancelToken>,
-    timeout: Timeout,
-    blocking: bool,
-) -> PyResult<()> {
-    if !blocking {
-        return Err(WouldBlock::new_err("the lock is taken"));
-    }
-    if timeout.is_now() {
-        return Err(LockTimeout::new_err("the lock is taken (deadline=0)"));
-    }
-    if token.is_none() && timeout.duration().is_none() {
-        TaskOwner::check(view)?;
-    }
-    blocking::lock(py, view, token, timeout.deadline()).map_err(|e| to_pyerr(py, e))
-}
-
-pub(crate) fn token_error(py: Python<'_>, t: &CancelToken) -> PyErr {
-    match t.reason() {
-        Some(r) => cancelled(py, &r),
-        None => PyRuntimeError::new_err("BUG: a cancelled token has no reason"),
-    }
-}
-
-/// The plain `acquire()`: the CAS, else the contended path with no deadline and no token.
-#[inline]
-fn lock_plain(py: Python<'_>, view: &LockView) -> PyResult<()> {
-    if view.try_lock() {
-        return Ok(());
-    }
-    lock_contended(py, view, None, Timeout::NEVER, true)
-}
-
-/// `__enter__`: the plain acquire, kept as a scoped hold (`LockView::scope_hold`), which
-/// only an `__exit__`/`__aexit__` releases.
-#[inline]
-pub(crate) fn enter(py: Python<'_>, view: &LockView) -> PyResult<()> {
-    lock_plain(py, view)?;
-    view.scope_hold();
-    Ok(())
-}
-
-/// `__exit__`/`__aexit__`: release a hold taken by `with`/`async with`, never one that
-/// belongs to an `Unlock`.
-#[inline]
-pub(crate) fn exit(view: &LockView) -> PyResult<()> {
-    if view.unlock_scoped() {
-        return Ok(());
-    }
-    Err(PyRuntimeError::new_err(
-        "release of a lock that is not held by a with statement",
-    ))
-}
 
 /// The members `Lock` and `LockView` share, generated for both classes (a `#[pymethods]`
 /// block cannot be inherited, and a Python base class would make the views subclassable),
 /// and their hand-written `acquire` entry point (`vectorcall.rs`).
 macro_rules! lock_methods {
-    ($class:ident { $($extra:tt)* }) => {
+    ($class:ident($kind:ty) { $($extra:tt)* }) => {
         impl $crate::python::vectorcall::FastAcquire for $class {
-            fn view(&self) -> &$crate::core::lock::LockView {
-                $class::view(self)
+            type Kind = $kind;
+
+            #[inline]
+            fn kind(&self) -> &$kind {
+                $class::kind(self)
             }
 
-            fn owner(slf: Py<Self>) -> $crate::python::unlock::Owner {
-                slf.into()
+            #[inline]
+            fn acquired<'py>(lock: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+                let owner = Self::owner(lock.clone().unbind());
+                Ok(Bound::new(lock.py(), PyUnlock::new(owner))?.into_any())
             }
 
             fn generated() -> &'static std::sync::OnceLock<pyo3::ffi::PyCFunctionFastWithKeywords> {
@@ -196,18 +67,21 @@ macro_rules! lock_methods {
                 deadline: Option<&Bound<'_, PyAny>>,
                 #[pyo3(from_py_with = $crate::python::args::truthy)] blocking: bool,
             ) -> PyResult<PyUnlock> {
-                $crate::python::lock::lock(slf.py(), slf.get().view(), cancel, deadline, blocking)?;
-                Ok(PyUnlock::new(slf.clone().unbind().into()))
+                use $crate::python::vectorcall::FastAcquire;
+                $crate::python::acquire::lock(slf.py(), slf.get().kind(), cancel, deadline, blocking)?;
+                Ok(PyUnlock::new(Self::owner(slf.clone().unbind())))
             }
 
             /// Acquire without waiting; ``None`` if the lock is taken.
             fn try_acquire(slf: &Bound<'_, Self>) -> Option<PyUnlock> {
-                slf.get().view().try_lock().then(|| PyUnlock::new(slf.clone().unbind().into()))
+                use $crate::python::vectorcall::FastAcquire;
+                $crate::core::raw::RawLock::try_lock(slf.get().kind())
+                    .then(|| PyUnlock::new(Self::owner(slf.clone().unbind())))
             }
 
             /// True while the lock is held (in this view's mode, for a ``SharableLock`` view).
             fn locked(&self) -> bool {
-                self.view().is_locked()
+                $crate::python::kind::Kind::is_locked(self.kind())
             }
 
             /// A snapshot: ``locked``, ``holders`` (in this view's mode) and ``waiting`` (on the lock).
@@ -215,11 +89,11 @@ macro_rules! lock_methods {
             /// See ``LockStatistics``. Both views of a ``SharableLock`` report the same
             /// ``waiting``: the lock has one queue. Nothing is waited for or changed.
             fn statistics(&self) -> $crate::python::stats::PyLockStatistics {
-                self.view().statistics().into()
+                $crate::python::kind::Kind::statistics(self.kind()).into()
             }
 
             fn __enter__(&self, py: Python<'_>) -> PyResult<()> {
-                $crate::python::lock::enter(py, self.view())
+                $crate::python::acquire::enter(py, self.kind())
             }
 
             fn __exit__(
@@ -228,7 +102,7 @@ macro_rules! lock_methods {
                 _exc: &Bound<'_, PyAny>,
                 _tb: &Bound<'_, PyAny>,
             ) -> PyResult<()> {
-                $crate::python::lock::exit(self.view())
+                $crate::python::acquire::exit(self.kind())
             }
 
             /// ``await`` to acquire from an asyncio task; the same queue as threads use.
@@ -247,11 +121,13 @@ macro_rules! lock_methods {
                 cancel: Option<&Bound<'py, PyAny>>,
                 deadline: Option<&Bound<'py, PyAny>>,
             ) -> PyResult<Bound<'py, PyAny>> {
-                $crate::python::asyncio::acquire(slf.as_any(), slf.get().view(), cancel, deadline)
+                use $crate::python::vectorcall::FastAcquire;
+                $crate::python::asyncio::acquire(slf.py(), Self::owner(slf.clone().unbind()), cancel, deadline)
             }
 
             fn __aenter__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-                $crate::python::asyncio::enter(slf.as_any(), slf.get().view())
+                use $crate::python::vectorcall::FastAcquire;
+                $crate::python::asyncio::enter(slf.py(), slf.get().kind(), || Self::owner(slf.clone().unbind()))
             }
 
             fn __aexit__<'py>(
@@ -261,7 +137,7 @@ macro_rules! lock_methods {
                 _exc: &Bound<'py, PyAny>,
                 _tb: &Bound<'py, PyAny>,
             ) -> PyResult<Bound<'py, PyAny>> {
-                $crate::python::asyncio::exit(py, self.view())
+                $crate::python::asyncio::exit(py, self.kind())
             }
 
             fn _queue_task(
@@ -269,7 +145,8 @@ macro_rules! lock_methods {
                 loop_: Py<PyAny>,
                 fut: Py<PyAny>,
             ) -> $crate::python::asyncio::Waiting {
-                $crate::python::asyncio::Waiting::queue(slf.as_any(), loop_, fut)
+                use $crate::python::vectorcall::FastAcquire;
+                $crate::python::asyncio::Waiting::queue(Self::owner(slf.clone().unbind()), loop_, fut)
             }
 
             fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<()> {
@@ -294,18 +171,12 @@ pub(crate) struct PyLock {
 
 impl PyLock {
     #[inline]
-    pub(crate) fn view(&self) -> &LockView {
+    pub(crate) fn kind(&self) -> &LockView {
         &self.lock
     }
 }
 
-impl From<Py<PyLock>> for super::unlock::Owner {
-    fn from(lock: Py<PyLock>) -> Self {
-        super::unlock::Owner::Lock(lock)
-    }
-}
-
-lock_methods!(PyLock {
+lock_methods!(PyLock(LockView) {
     #[new]
     #[pyo3(signature = (*, fair = false))]
     fn new(fair: bool) -> Self {

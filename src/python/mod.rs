@@ -2,17 +2,25 @@
 
 use pyo3::prelude::*;
 
+// Layers, leaves first (each module uses only those above it; `scripts/check-layers.py`
+// checks there is no cycle): `args`, `errors`, `dealloc`, `blocking`, `kind`, `shim`;
+// `cancel`, `task_owner`, `vectorcall`, `stats`; `unlock`, `acquire`; `asyncio`; `lock`,
+// `sharable`.
+pub(crate) mod acquire;
 mod args;
 pub(crate) mod asyncio;
 mod blocking;
 pub(crate) mod cancel;
 mod dealloc;
 mod errors;
+pub(crate) mod kind;
 pub(crate) mod lock;
 mod sharable;
+mod shim;
 pub(crate) mod stats;
+mod task_owner;
 mod unlock;
-mod vectorcall;
+pub(crate) mod vectorcall;
 
 /// The extension module `ctxlock._ctxlock`; the public API is re-exported by `ctxlock`.
 #[pymodule(gil_used = false)]
@@ -24,7 +32,7 @@ fn _ctxlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stats::PyLockStatistics>()?;
     m.add_class::<cancel::PyCancelToken>()?;
     m.add_class::<unlock::PyUnlock>()?;
-    m.add("_fast_calls", vectorcall::install(m.py())?)?;
+    m.add("_fast_calls", install_fast_calls(m.py())?)?;
     let after_fork = wrap_pyfunction!(after_fork_in_child, m)?;
     let kwargs = pyo3::types::PyDict::new(m.py());
     kwargs.set_item("after_in_child", after_fork)?;
@@ -32,6 +40,28 @@ fn _ctxlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
         .import("os")?
         .call_method("register_at_fork", (), Some(&kwargs))?;
     Ok(())
+}
+
+/// Install the hand-written entry points (`vectorcall.rs`); returns the names of those
+/// installed (the module shows them as `_fast_calls`, so a test notices when a PyO3
+/// upgrade makes them fall back to PyO3's own).
+fn install_fast_calls(py: Python<'_>) -> PyResult<Vec<&'static str>> {
+    let mut installed = Vec::new();
+    if vectorcall::install_acquire::<lock::PyLock>(py)? {
+        installed.push("Lock.acquire");
+    }
+    if vectorcall::install_acquire::<sharable::PyLockView>(py)? {
+        installed.push("LockView.acquire");
+    }
+    let sample = || {
+        let lock = py.get_type::<lock::PyLock>().call0()?;
+        let unlock = lock.call_method0("acquire")?;
+        Ok((lock, unlock))
+    };
+    if vectorcall::install_call::<unlock::PyUnlock>(py, sample)? {
+        installed.push("Unlock.__call__");
+    }
+    Ok(installed)
 }
 
 /// Registered with `os.register_at_fork`: mend the core in a forked child (see `core/fork.rs`).

@@ -82,18 +82,12 @@ pub(crate) struct PyLockView {
 
 impl PyLockView {
     #[inline]
-    pub(crate) fn view(&self) -> &LockView {
+    pub(crate) fn kind(&self) -> &LockView {
         &self.view
     }
 }
 
-impl From<Py<PyLockView>> for super::unlock::Owner {
-    fn from(view: Py<PyLockView>) -> Self {
-        super::unlock::Owner::View(view)
-    }
-}
-
-lock_methods!(PyLockView {
+lock_methods!(PyLockView(LockView) {
     /// True for ``rw.shared``, False for ``rw.exclusive``.
     #[getter]
     fn shared(&self) -> bool {

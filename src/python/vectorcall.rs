@@ -19,10 +19,12 @@
 //! Without PyO3's attach count these functions must not drop a `Py<T>` (it would be
 //! deferred to PyO3's pool, still correct but late): they only compare-and-swap, create
 //! an object and release. The release attaches itself where it drops Python references
-//! (`PyUnlock::release`'s registrations; the asyncio doorbell).
+//! (the `Unlock`'s registrations, `kind::Owner`; the asyncio doorbell).
 //!
-//! CPython only: the entry points need the non-limited API (the method descriptor's
-//! layout, `tp_vectorcall_offset`). Elsewhere `install` leaves PyO3's entry points alone.
+//! Generic over the classes ([`FastAcquire`], [`FastCall`]); `mod.rs` says which classes
+//! get them. CPython only: the entry points need the non-limited API (the method
+//! descriptor's layout, `tp_vectorcall_offset`). Elsewhere the `install_*` functions
+//! leave PyO3's entry points alone. This is the binding's one file of raw C API calls.
 
 use std::sync::OnceLock;
 
@@ -31,44 +33,47 @@ use pyo3::prelude::*;
 use pyo3::pyclass::boolean_struct::True;
 use pyo3::PyClass;
 
-use crate::core::lock::LockView;
+use crate::core::raw::RawLock;
 
 use super::args;
-use super::lock::PyLock;
-use super::sharable::PyLockView;
-use super::unlock::{Owner, PyUnlock};
+use super::kind::{Kind, Owner};
 
-/// The classes whose `acquire` gets the hand-written entry point: `Lock` and `LockView`,
-/// which implement it in `lock_methods!` (with the rest of the members they share).
+/// The lock classes, whose `acquire` gets the hand-written entry point: every class
+/// `lock_methods!` generates the members for, whatever its kind of lock.
 pub(crate) trait FastAcquire: PyClass<Frozen = True> + Sync {
-    fn view(&self) -> &LockView;
+    type Kind: Kind;
+
+    /// The lock inside the object.
+    fn kind(&self) -> &Self::Kind;
 
     /// The owner an `Unlock` of this lock keeps.
-    fn owner(slf: Py<Self>) -> Owner;
+    #[inline]
+    fn owner(slf: Py<Self>) -> Owner {
+        Owner::new(slf, |lock| lock.kind())
+    }
+
+    /// The `Unlock` of a hold just taken through `lock`.
+    fn acquired<'py>(lock: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>>;
 
     /// The `acquire` PyO3 generated, which takes every call the fast path does not.
     fn generated() -> &'static OnceLock<ffi::PyCFunctionFastWithKeywords>;
 }
 
-/// Install the entry points; called once from the module's initialisation. Returns the
-/// names of those installed (the module shows them as `_fast_calls`, so a test notices
-/// when a PyO3 upgrade makes `install` fall back to PyO3's own).
-pub(crate) fn install(py: Python<'_>) -> PyResult<Vec<&'static str>> {
-    let mut installed = Vec::new();
-    #[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
-    {
-        if install_acquire::<PyLock>(py)? {
-            installed.push("Lock.acquire");
-        }
-        if install_acquire::<PyLockView>(py)? {
-            installed.push("LockView.acquire");
-        }
-        install_unlock_call(py)?;
-        installed.push("Unlock.__call__");
-    }
-    let _ = py;
-    Ok(installed)
+/// The class whose objects get a vectorcall slot: `Unlock`, called as `unlock()`.
+///
+/// # Safety
+/// Every object of the class stores `call_unlock::<Self>` in the field that
+/// `vectorcall_field` points at, at the same offset in every object.
+pub(crate) unsafe trait FastCall: PyClass<Frozen = True> + Sync {
+    /// The call, with no arguments.
+    fn call(&self);
+
+    /// Where this object's entry point (`call_unlock::<Self>`) is stored.
+    fn vectorcall_field(&self) -> *const ffi::vectorcallfunc;
 }
+
+/// Whether this interpreter has the non-limited API the entry points need.
+pub(crate) const SUPPORTED: bool = cfg!(not(any(Py_LIMITED_API, PyPy, GraalPy)));
 
 /// `lock.acquire(...)`: the plain call and a numeric `deadline=` on a free lock here,
 /// everything else in the generated function.
@@ -90,8 +95,16 @@ unsafe extern "C" fn acquire<T: FastAcquire>(
         // SAFETY: `args` holds `nargs` positional arguments and then one value per keyword
         // name, all borrowed for the call; `kwnames` is NULL or a tuple of str.
         let fast = nargs == 0 && unsafe { plain_or_deadline(py, args, kwnames) };
-        if fast && lock.get().view().try_lock() {
-            return new_unlock(lock);
+        if fast && RawLock::try_lock(lock.get().kind()) {
+            // On failure (out of memory) the value is dropped, which releases the hold,
+            // and the error is raised.
+            return T::acquired(lock).map_or_else(
+                |e| {
+                    e.restore(py);
+                    std::ptr::null_mut()
+                },
+                Bound::into_ptr,
+            );
         }
         // SAFETY: `kwnames` as above.
         if !fast && unsafe { has_keyword(py, kwnames, "timeout") } {
@@ -102,7 +115,7 @@ unsafe extern "C" fn acquire<T: FastAcquire>(
         let generated = T::generated()
             .get()
             .copied()
-            // `install` sets this before it installs the function that reads it.
+            // `install_acquire` sets this before it installs the function that reads it.
             .unwrap_or_else(|| std::process::abort());
         // SAFETY: the generated function has this very signature and contract.
         unsafe { generated(slf, args, nargs, kwnames) }
@@ -161,23 +174,18 @@ unsafe fn has_keyword(py: Python<'_>, kwnames: *mut ffi::PyObject, name: &str) -
     names.iter().any(|n| n.eq(name).unwrap_or(false))
 }
 
-/// The `Unlock` of a hold just taken through `lock`; on failure (out of memory) the
-/// value is dropped, which releases the hold, and the error is raised.
-fn new_unlock<T: FastAcquire>(lock: &Bound<'_, T>) -> *mut ffi::PyObject {
-    match Bound::new(lock.py(), PyUnlock::new(T::owner(lock.clone().unbind()))) {
-        Ok(unlock) => unlock.into_ptr(),
-        Err(e) => {
-            e.restore(lock.py());
-            std::ptr::null_mut()
-        }
-    }
-}
-
 /// Replace `T.acquire` with a descriptor of `acquire::<T>`, keeping the generated function
 /// for the calls it passes on. Leaves the class alone (false) if `acquire` is not the
 /// expected `METH_FASTCALL | METH_KEYWORDS` method descriptor.
+pub(crate) fn install_acquire<T: FastAcquire>(py: Python<'_>) -> PyResult<bool> {
+    if !SUPPORTED {
+        return Ok(false);
+    }
+    install_acquire_descriptor::<T>(py)
+}
+
 #[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
-fn install_acquire<T: FastAcquire>(py: Python<'_>) -> PyResult<bool> {
+fn install_acquire_descriptor<T: FastAcquire>(py: Python<'_>) -> PyResult<bool> {
     const FLAGS: std::ffi::c_int = ffi::METH_FASTCALL | ffi::METH_KEYWORDS;
     let ty = py.get_type::<T>();
     let descr = ty.getattr("acquire")?;
@@ -219,12 +227,17 @@ fn install_acquire<T: FastAcquire>(py: Python<'_>) -> PyResult<bool> {
     Ok(true)
 }
 
-/// `unlock()`: the vectorcall slot of every `Unlock`.
+#[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
+fn install_acquire_descriptor<T: FastAcquire>(_py: Python<'_>) -> PyResult<bool> {
+    Ok(false)
+}
+
+/// `unlock()`: the vectorcall slot of every `Unlock` (`T`).
 ///
 /// # Safety
-/// Called by CPython for an `Unlock` object (the only type whose `tp_vectorcall_offset`
+/// Called by CPython for a `T` object (the only type whose `tp_vectorcall_offset`
 /// points at this function), with the thread attached.
-pub(crate) unsafe extern "C" fn call_unlock(
+pub(crate) unsafe extern "C" fn call_unlock<T: FastCall>(
     callable: *mut ffi::PyObject,
     _args: *const *mut ffi::PyObject,
     nargsf: usize,
@@ -250,10 +263,10 @@ pub(crate) unsafe extern "C" fn call_unlock(
     }
     // SAFETY: CPython calls with the thread attached.
     let py = unsafe { Python::assume_attached() };
-    // SAFETY: `callable` is a live `Unlock` (see the function's contract).
-    let unlock = unsafe { Bound::ref_from_ptr(py, &callable).cast_unchecked::<PyUnlock>() };
+    // SAFETY: `callable` is a live `T` (see the function's contract).
+    let unlock = unsafe { Bound::ref_from_ptr(py, &callable).cast_unchecked::<T>() };
     guarded(py, || {
-        unlock.get().release();
+        unlock.get().call();
         py.None().into_ptr()
     })
 }
@@ -272,43 +285,68 @@ fn guarded(py: Python<'_>, body: impl FnOnce() -> *mut ffi::PyObject) -> *mut ff
     }
 }
 
-/// Point `Unlock`'s `tp_vectorcall_offset` at the `vectorcall` field of its objects.
+/// Point `T`'s `tp_vectorcall_offset` at the `vectorcall` field of its objects. False
+/// (nothing done) where the entry points are not supported.
 ///
 /// The offset of a Rust field inside a PyO3 object is not a public constant, so it is
-/// measured on a live `Unlock`; then that object is released through the new slot, which
-/// checks the slot end to end before any user code runs.
+/// measured on a live object: `sample` acquires a lock and returns it with its `T`;
+/// then that object is called through the new slot, which must release the lock: the
+/// slot is checked end to end before any user code runs.
+pub(crate) fn install_call<'py, T: FastCall>(
+    py: Python<'py>,
+    sample: impl FnOnce() -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)>,
+) -> PyResult<bool> {
+    if !SUPPORTED {
+        return Ok(false);
+    }
+    let (lock, unlock) = sample()?;
+    install_call_slot(py, lock, unlock.cast_into::<T>()?)?;
+    Ok(true)
+}
+
 #[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
-fn install_unlock_call(py: Python<'_>) -> PyResult<()> {
+fn install_call_slot<T: FastCall>(
+    _py: Python<'_>,
+    lock: Bound<'_, PyAny>,
+    unlock: Bound<'_, T>,
+) -> PyResult<()> {
     use pyo3::exceptions::PyRuntimeError;
 
-    let lock = py.get_type::<PyLock>().call0()?;
-    let unlock = lock.call_method0("acquire")?.cast_into::<PyUnlock>()?;
     let field = unlock.get().vectorcall_field() as usize;
     let offset = field.wrapping_sub(unlock.as_ptr() as usize);
-    let ty = unlock.get_type();
+    let ty = unlock.as_any().get_type();
     let tp = ty.as_type_ptr();
     // SAFETY: reading a field of a live type object.
     let basicsize = unsafe { (*tp).tp_basicsize } as usize;
     if offset + std::mem::size_of::<ffi::vectorcallfunc>() > basicsize {
         return Err(PyRuntimeError::new_err(
-            "BUG: Unlock's vectorcall field is outside the object",
+            "BUG: the vectorcall field is outside the object",
         ));
     }
-    // SAFETY: the module is being initialised, attached, before any `Unlock` but this
-    // one can be called; the offset points at a `vectorcallfunc` inside every `Unlock`
-    // object (the same field of the same layout), and `PyType_Modified` drops cached
-    // lookups of the type.
+    // SAFETY: the module is being initialised, attached, before any `T` but this one can
+    // be called; the offset points at a `vectorcallfunc` inside every `T` object (the
+    // same field of the same layout, holding `call_unlock::<T>`: `FastCall`'s contract),
+    // and `PyType_Modified` drops cached lookups of the type.
     unsafe {
         (*tp).tp_vectorcall_offset = offset as ffi::Py_ssize_t;
         set_vectorcall_flag(tp);
         ffi::PyType_Modified(tp);
     }
-    unlock.call0()?;
+    unlock.as_any().call0()?;
     if lock.call_method0("locked")?.is_truthy()? {
         return Err(PyRuntimeError::new_err(
-            "BUG: Unlock's vectorcall slot did not release",
+            "BUG: the vectorcall slot did not release",
         ));
     }
+    Ok(())
+}
+
+#[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
+fn install_call_slot<T: FastCall>(
+    _py: Python<'_>,
+    _lock: Bound<'_, PyAny>,
+    _unlock: Bound<'_, T>,
+) -> PyResult<()> {
     Ok(())
 }
 

@@ -1,0 +1,96 @@
+//! THE acquire driver: the argument rules of `acquire(cancel, *, deadline, blocking)`,
+//! written once for every kind of lock ([`RawLock`]) and for threads and tasks alike.
+//!
+//! In order:
+//! 1. A token that is already cancelled fails at once, even if the lock is free (Go
+//!    checks `ctx.Done()` first).
+//! 2. One try (the kind's fast path; no clock is read).
+//! 3. Taken: `blocking=False` fails with [`AcquireError::WouldBlock`]; a deadline of
+//!    zero with [`AcquireError::TakenNow`].
+//! 4. Else wait: a thread through [`ThreadWait`] (a deadline that has passed by then
+//!    tries once more and does not queue), a task through [`TaskWait`]. Either gives up
+//!    through the one give-up rule (`give_up.rs`).
+
+use super::cancel::CancelToken;
+use super::deadline::Timeout;
+use super::error::AcquireError;
+use super::give_up::cancelled;
+use super::raw::{Compete, RawLock};
+use super::wait::{ThreadWait, Wait, Woken};
+
+/// Rule 1: a cancelled token fails.
+#[inline]
+pub fn check_token<E>(cancel: Option<&CancelToken>) -> Result<(), AcquireError<E>> {
+    match cancel {
+        Some(t) if t.is_cancelled() => Err(cancelled(t)),
+        _ => Ok(()),
+    }
+}
+
+/// Rules 1 to 3, with nothing but the kind's fast path: `Ok(true)` if the caller now
+/// holds the lock, `Ok(false)` if it must wait.
+#[inline]
+pub fn try_first<L: RawLock + ?Sized, E>(
+    lock: &L,
+    cancel: Option<&CancelToken>,
+    timeout: Timeout,
+    blocking: bool,
+) -> Result<bool, AcquireError<E>> {
+    check_token(cancel)?;
+    if lock.try_lock() {
+        return Ok(true);
+    }
+    cannot_wait(timeout, blocking).map(|()| false)
+}
+
+/// Rule 3: whether a taken lock may be waited for.
+#[cold]
+fn cannot_wait<E>(timeout: Timeout, blocking: bool) -> Result<(), AcquireError<E>> {
+    if !blocking {
+        Err(AcquireError::WouldBlock)
+    } else if timeout.is_now() {
+        Err(AcquireError::TakenNow)
+    } else {
+        Ok(())
+    }
+}
+
+/// A blocking acquire: rules 1 and 2, then the wait of rule 4 (`wait.deadline` is
+/// absolute, so there is no deadline of zero and no `blocking=False` here).
+pub fn lock<L: RawLock + ?Sized, E>(lock: &L, wait: Wait<'_, E>) -> Result<(), AcquireError<E>> {
+    check_token(wait.cancel)?;
+    if lock.try_lock() {
+        return Ok(());
+    }
+    block(lock, wait, Compete::AtOnce, |w| w.step())
+}
+
+/// Rule 4 for a thread that ran rules 1 to 3: step the wait until it holds the lock.
+/// `step` runs one step (the binding releases the GIL around it); a thread woken to
+/// compete competes after it.
+#[cold]
+pub fn block<'a, L: RawLock + ?Sized, E>(
+    lock: &'a L,
+    wait: Wait<'a, E>,
+    compete: Compete,
+    mut step: impl FnMut(&mut ThreadWait<'a, L, E>) -> Result<Woken, AcquireError<E>>,
+) -> Result<(), AcquireError<E>> {
+    let mut waiting = ThreadWait::new(lock, wait, compete);
+    loop {
+        match step(&mut waiting)? {
+            Woken::Acquired => return Ok(()),
+            Woken::Retry if waiting.compete() => return Ok(()),
+            Woken::Retry => {}
+        }
+    }
+}
+
+/// The steps of rule 4, for a caller that must do something between being woken to
+/// compete and competing (see [`Compete::Later`]). The caller ran rules 1 to 3.
+pub fn wait_steps<'a, L: RawLock + ?Sized, E>(
+    lock: &'a L,
+    wait: Wait<'a, E>,
+    compete: Compete,
+) -> ThreadWait<'a, L, E> {
+    ThreadWait::new(lock, wait, compete)
+}

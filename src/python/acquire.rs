@@ -1,0 +1,95 @@
+//! The blocking `acquire(cancel, *, deadline, blocking)` and `with`, for any kind of lock.
+//!
+//! Every acquire runs the same three steps: parse the arguments (no clock), check the
+//! token and try the kind's fast path with the GIL held (the core driver's rules,
+//! `core/acquire.rs`); only if that fails does it go to the `#[cold]` contended path,
+//! which reads the clock and releases the GIL while it waits. `with lock:` uses the fast
+//! path directly and creates no `Unlock` object.
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+
+use crate::core::acquire;
+use crate::core::cancel::CancelToken;
+use crate::core::deadline::Timeout;
+use crate::core::raw::RawLock;
+
+use super::args;
+use super::blocking;
+use super::cancel;
+use super::errors::to_pyerr;
+use super::kind::Kind;
+use super::task_owner::TaskOwner;
+
+/// `acquire(cancel, *, deadline, blocking)` up to the hold; the caller wraps it. The
+/// rules are the core driver's (`core/acquire.rs`); this parses and waits with the GIL
+/// released.
+#[inline]
+pub(crate) fn lock<K: Kind>(
+    py: Python<'_>,
+    kind: &K,
+    cancel: Option<&Bound<'_, PyAny>>,
+    deadline: Option<&Bound<'_, PyAny>>,
+    blocking: bool,
+) -> PyResult<()> {
+    if cancel.is_none() && deadline.is_none() && blocking {
+        // The plain `acquire()`: nothing to parse or check.
+        return lock_plain(py, kind);
+    }
+    let timeout = args::timeout(deadline, "deadline")?;
+    let token = cancel::token(cancel)?.map(|t| &t.get().token);
+    if !blocking && deadline.is_some_and(|d| !d.is_none()) {
+        return Err(PyValueError::new_err(
+            "deadline cannot be given with blocking=False",
+        ));
+    }
+    match acquire::try_first(kind, token, timeout, blocking) {
+        Ok(true) => Ok(()),
+        Ok(false) => lock_contended(py, kind, token, timeout),
+        Err(e) => Err(to_pyerr::<PyErr>(py, e)),
+    }
+}
+
+/// The wait of an acquire that may wait (the driver's rule 4).
+#[cold]
+fn lock_contended<K: Kind>(
+    py: Python<'_>,
+    kind: &K,
+    token: Option<&CancelToken>,
+    timeout: Timeout,
+) -> PyResult<()> {
+    if token.is_none() && timeout.is_never() {
+        TaskOwner::check(kind)?;
+    }
+    blocking::lock(py, kind, token, timeout.deadline()).map_err(|e| to_pyerr(py, e))
+}
+
+/// The plain `acquire()`: the CAS, else the contended path with no deadline and no token.
+#[inline]
+fn lock_plain<K: Kind>(py: Python<'_>, kind: &K) -> PyResult<()> {
+    if RawLock::try_lock(kind) {
+        return Ok(());
+    }
+    lock_contended(py, kind, None, Timeout::NEVER)
+}
+
+/// `__enter__`: the plain acquire, kept as a scoped hold (`LockView::scope_hold`), which
+/// only an `__exit__`/`__aexit__` releases.
+#[inline]
+pub(crate) fn enter<K: Kind>(py: Python<'_>, kind: &K) -> PyResult<()> {
+    lock_plain(py, kind)?;
+    kind.scope_hold();
+    Ok(())
+}
+
+/// `__exit__`/`__aexit__`: release a hold taken by `with`/`async with`, never one that
+/// belongs to an `Unlock`.
+#[inline]
+pub(crate) fn exit<K: Kind>(kind: &K) -> PyResult<()> {
+    if kind.unlock_scoped() {
+        return Ok(());
+    }
+    Err(PyRuntimeError::new_err(
+        "release of a lock that is not held by a with statement",
+    ))
+}

@@ -1,0 +1,213 @@
+//! What the binding needs of a kind of lock, and the [`Owner`] that holds any kind.
+//!
+//! A kind is the core's [`RawLock`] (the acquire driver's seam) plus the few members
+//! every Python lock class shows: its mode, `locked()`, the scoped holds of `with`, and
+//! the tags of `async with` holds (see `TaskOwner`). [`DynKind`] is the same, object-safe,
+//! so that an `Unlock` or an awaitable can hold a lock of any kind; [`Owner`] is that:
+//! the Python lock object and its kind.
+
+use std::ptr::NonNull;
+
+use pyo3::prelude::*;
+use pyo3::pyclass::boolean_struct::True;
+use pyo3::PyClass;
+
+use crate::core::cancel::Registration;
+use crate::core::lock::LockView;
+use crate::core::raw::{Compete, Enqueued, Notify, RawLock, RawWaiter};
+use crate::core::stats::Statistics;
+use crate::core::unlock::Hold;
+use crate::core::waiter::Mode;
+
+/// One kind of lock as the binding uses it.
+pub(crate) trait Kind: RawLock + Clone + 'static {
+    fn mode(&self) -> Mode;
+    /// Whether it is held (in this mode).
+    fn is_locked(&self) -> bool;
+    /// Count a hold just taken as scoped (`with`); see `LockView::scope_hold`.
+    fn scope_hold(&self);
+    /// Release one scoped hold; false if there is none.
+    fn unlock_scoped(&self) -> bool;
+    fn tag_hold(&self, tag: u64);
+    fn untag_hold(&self, tag: u64);
+    fn has_tagged_hold(&self, tag: u64) -> bool;
+    /// A snapshot for `statistics()`.
+    fn statistics(&self) -> Statistics;
+}
+
+impl Kind for LockView {
+    fn mode(&self) -> Mode {
+        LockView::mode(self)
+    }
+
+    fn is_locked(&self) -> bool {
+        LockView::is_locked(self)
+    }
+
+    #[inline]
+    fn scope_hold(&self) {
+        LockView::scope_hold(self)
+    }
+
+    #[inline]
+    fn unlock_scoped(&self) -> bool {
+        LockView::unlock_scoped(self)
+    }
+
+    fn tag_hold(&self, tag: u64) {
+        LockView::tag_hold(self, tag)
+    }
+
+    fn untag_hold(&self, tag: u64) {
+        LockView::untag_hold(self, tag)
+    }
+
+    fn has_tagged_hold(&self, tag: u64) -> bool {
+        LockView::has_tagged_hold(self, tag)
+    }
+
+    fn statistics(&self) -> Statistics {
+        LockView::statistics(self)
+    }
+}
+
+/// [`Kind`], object-safe: every kind is one.
+pub(crate) trait DynKind: Send + Sync {
+    fn try_lock(&self) -> bool;
+    fn unlock(&self) -> bool;
+    fn enqueue(&self, notify: Notify, compete: Compete) -> Enqueued<Box<dyn RawWaiter>>;
+    fn mode(&self) -> Mode;
+    fn scope_hold(&self);
+    fn tag_hold(&self, tag: u64);
+    fn untag_hold(&self, tag: u64);
+    fn has_tagged_hold(&self, tag: u64) -> bool;
+}
+
+impl<K: Kind> DynKind for K {
+    #[inline]
+    fn try_lock(&self) -> bool {
+        RawLock::try_lock(self)
+    }
+
+    #[inline]
+    fn unlock(&self) -> bool {
+        RawLock::unlock(self)
+    }
+
+    fn enqueue(&self, notify: Notify, compete: Compete) -> Enqueued<Box<dyn RawWaiter>> {
+        match RawLock::enqueue(self, notify, compete) {
+            Enqueued::Acquired => Enqueued::Acquired,
+            Enqueued::Queued(w) => Enqueued::Queued(Box::new(w)),
+        }
+    }
+
+    fn mode(&self) -> Mode {
+        Kind::mode(self)
+    }
+
+    fn scope_hold(&self) {
+        Kind::scope_hold(self)
+    }
+
+    fn tag_hold(&self, tag: u64) {
+        Kind::tag_hold(self, tag)
+    }
+
+    fn untag_hold(&self, tag: u64) {
+        Kind::untag_hold(self, tag)
+    }
+
+    fn has_tagged_hold(&self, tag: u64) -> bool {
+        Kind::has_tagged_hold(self, tag)
+    }
+}
+
+/// The lock object a hold belongs to, and its kind. Holding the Python object (a plain
+/// reference-count increment under the GIL) instead of cloning a core `Arc` keeps two
+/// atomic read-modify-writes off every acquire/unlock pair; the object keeps the kind
+/// alive.
+pub(crate) struct Owner {
+    obj: Py<PyAny>,
+    /// Points into `obj`: the kind inside its frozen pyclass.
+    kind: NonNull<dyn DynKind>,
+}
+
+// SAFETY: `obj` is a `Py` (Send and Sync), and `kind` points at a `DynKind` (Send and
+// Sync) inside that object, which is never mutated (frozen) and lives as long as `obj`.
+unsafe impl Send for Owner {}
+// SAFETY: as for Send.
+unsafe impl Sync for Owner {}
+
+impl Owner {
+    /// The owner of a hold of `obj`'s lock; `kind` finds the lock inside the object.
+    #[inline]
+    pub(crate) fn new<T>(
+        obj: Py<T>,
+        kind: for<'a> fn(&'a T) -> &'a (dyn DynKind + 'static),
+    ) -> Owner
+    where
+        T: PyClass<Frozen = True> + Sync,
+    {
+        let kind = NonNull::from(kind(obj.get()));
+        Owner {
+            obj: obj.into_any(),
+            kind,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn kind(&self) -> &dyn DynKind {
+        // SAFETY: `kind` was borrowed from the frozen object `self.obj` (see `new`), which
+        // is never mutated and lives at least as long as `self` holds it.
+        unsafe { self.kind.as_ref() }
+    }
+
+    pub(crate) fn object(&self) -> &Py<PyAny> {
+        &self.obj
+    }
+
+    pub(crate) fn clone_ref(&self, py: Python<'_>) -> Owner {
+        Owner {
+            obj: self.obj.clone_ref(py),
+            kind: self.kind,
+        }
+    }
+}
+
+/// The core's driver and `TaskWait` run over an `Owner` as over any kind.
+impl RawLock for Owner {
+    type Waiter = Box<dyn RawWaiter>;
+
+    #[inline]
+    fn try_lock(&self) -> bool {
+        self.kind().try_lock()
+    }
+
+    #[inline]
+    fn unlock(&self) -> bool {
+        self.kind().unlock()
+    }
+
+    fn enqueue(&self, notify: Notify, compete: Compete) -> Enqueued<Box<dyn RawWaiter>> {
+        self.kind().enqueue(notify, compete)
+    }
+}
+
+/// What a `ctxlock.Unlock` releases.
+impl Hold for Owner {
+    #[inline]
+    fn release(&self) -> bool {
+        self.kind().unlock()
+    }
+
+    fn unregister(&self, registrations: Vec<Registration>) {
+        // The callbacks hold `Py` references: drop them attached, so that their counts
+        // fall now even when the release came through an entry point without PyO3's
+        // attach count (`vectorcall.rs`).
+        Python::attach(|_| {
+            for r in registrations {
+                r.unregister();
+            }
+        });
+    }
+}
