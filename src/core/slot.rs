@@ -36,7 +36,7 @@ use super::queue::{WaitQueue, WakeList};
 use super::raw::{RawWaiter, Status};
 use super::state::{readers, slot_held, ONE_READER, QUEUED, READERS_MASK, WRITER, WRITER_QUEUED};
 use super::sync::Arc;
-use super::sync::{lock, AtomicUsize, Mutex, Ordering};
+use super::sync::{lock, AtomicU32, AtomicUsize, Mutex, Ordering};
 use super::waiter::{Mode, Waiter, ABANDONED, GRANTED, RETRY, WAITING};
 
 /// How long a queued thread may be overtaken by barging before the next release hands
@@ -62,6 +62,9 @@ enum Grant {
     Readers,
 }
 
+/// `(tag, holds carrying it)` pairs; see `Slot::holder_tags`.
+pub(crate) type HolderTags = Vec<(u64, usize)>;
+
 pub(crate) struct Slot {
     /// The lock word; its bits, table and invariants are in `state.rs`.
     state: AtomicUsize,
@@ -75,12 +78,16 @@ pub(crate) struct Slot {
     /// below 0) before one is released. So a release of a scoped hold can only ever
     /// give back a scoped hold, never the hold of an `Unlock`: a shared hold has no
     /// identity in the state word, and the count is what tells the two kinds apart.
-    scoped: [AtomicUsize; 2],
+    /// 32 bits each (a lock is one of very many small objects): four billion scoped holds
+    /// of one mode at once, each a `with` block in progress, cannot exist.
+    scoped: [AtomicU32; 2],
     /// Tags the embedding layer attaches to holds, with a count each (the Python layer
     /// tags a hold taken by `async with` with its event loop's thread, to detect a
     /// blocking acquire that could never succeed). The core never reads them; touched only off the
     /// uncontended thread paths.
-    holder_tags: Mutex<Vec<(u64, usize)>>,
+    /// Boxed and absent until the first tag: most locks are never held by a task, and
+    /// an empty `Vec` inline would cost every lock 24 bytes.
+    holder_tags: Mutex<Option<Box<HolderTags>>>,
 }
 
 impl Slot {
@@ -89,8 +96,8 @@ impl Slot {
             state: AtomicUsize::new(0),
             queue: Mutex::new(WaitQueue::default()),
             policy,
-            scoped: [AtomicUsize::new(0), AtomicUsize::new(0)],
-            holder_tags: Mutex::new(Vec::new()),
+            scoped: [AtomicU32::new(0), AtomicU32::new(0)],
+            holder_tags: Mutex::new(None),
         }
     }
 
@@ -228,7 +235,7 @@ impl Slot {
         released
     }
 
-    fn scoped(&self, mode: Mode) -> &AtomicUsize {
+    fn scoped(&self, mode: Mode) -> &AtomicU32 {
         match mode {
             Mode::Exclusive => &self.scoped[0],
             Mode::Shared => &self.scoped[1],
@@ -459,7 +466,7 @@ impl Slot {
         lock(&self.queue).len()
     }
 
-    pub(crate) fn holder_tags(&self) -> &Mutex<Vec<(u64, usize)>> {
+    pub(crate) fn holder_tags(&self) -> &Mutex<Option<Box<HolderTags>>> {
         &self.holder_tags
     }
 
@@ -515,4 +522,16 @@ fn waited_long_enough(w: &Waiter) -> bool {
 #[cfg(loom)]
 fn waited_long_enough(_: &Waiter) -> bool {
     false
+}
+
+#[cfg(all(test, not(loom)))]
+mod size {
+    /// Every lock has one `Slot` behind an `Arc`: its size is most of what a lock costs
+    /// in memory (the bench's `memory_100k`). 112 bytes + the `Arc`'s two counts fill a
+    /// 144-byte allocator chunk; one field more and every lock takes the next one.
+    #[test]
+    fn a_slot_stays_small() {
+        let size = std::mem::size_of::<super::Slot>();
+        assert!(size <= 112, "a Slot grew to {size} bytes");
+    }
 }
