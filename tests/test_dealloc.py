@@ -171,3 +171,63 @@ def test_a_holding_unlock_alive_at_interpreter_exit(flags: tuple[str, ...]) -> N
     proc = run(code, *flags)
     assert_clean_exit(proc)
     assert proc.stdout == "done\n"
+
+
+@pytest.mark.parametrize("token_kept", [True, False], ids=["token kept", "token dropped"])
+def test_an_unreachable_unlock_with_unlock_on_cancel_is_collected_and_releases(
+    token_kept: bool,
+) -> None:
+    """The registration of ``unlock_on_cancel`` must not keep its ``Unlock`` alive: one
+    that nobody can reach any more is collected, releases and warns, like any other."""
+    proc = run(
+        f"""
+        import gc, warnings, weakref, ctxlock
+        lock = ctxlock.Lock()
+        token = ctxlock.CancelToken()
+        unlock = lock.acquire()
+        unlock.unlock_on_cancel(token)
+        ref = weakref.ref(unlock)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            del unlock
+            if not {token_kept}:
+                del token
+            gc.collect()
+        assert ref() is None, "the Unlock is still alive"
+        assert not lock.locked(), "the lock is still held"
+        assert any(issubclass(w.category, ResourceWarning) for w in caught), caught
+        if {token_kept}:
+            token.cancel()  # its callback finds no Unlock: nothing happens
+            assert not lock.locked()
+            lock.acquire()()
+        print("ok")
+        """
+    )
+    assert_clean_exit(proc)
+    assert proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
+def test_unlock_with_a_registration_called_from_del_at_exit() -> None:
+    """``unlock()`` from a ``__del__`` run while the interpreter shuts down, with an
+    ``unlock_on_cancel`` registration to drop: no panic, no error at exit."""
+    proc = run(
+        """
+        import ctxlock
+        lock = ctxlock.Lock()
+        token = ctxlock.CancelToken()
+
+        class Holder:
+            def __init__(self):
+                self.unlock = lock.acquire()
+                self.unlock.unlock_on_cancel(token)
+
+            def __del__(self):
+                self.unlock()
+
+        holder = Holder()
+        print("ok")
+        """
+    )
+    assert_clean_exit(proc)
+    assert "Panic" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+    assert proc.stdout.strip() == "ok"

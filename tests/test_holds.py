@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -154,8 +155,16 @@ async def test_blocking_acquire_on_the_loop_waits_for_an_unlock_handed_to_a_thre
 ) -> None:
     held, blocked = pair(case)
     unlock = await held.acquire_async()
-    # The task hands its Unlock to a thread, which releases soon: the wait ends.
-    releaser = threading.Timer(0.1, unlock)
+
+    # The task hands its Unlock to a thread, which releases once this thread waits:
+    # the wait ends.
+    def release_once_waiting() -> None:
+        end = time.monotonic() + PATIENCE
+        while blocked.statistics().waiting == 0 and time.monotonic() < end:
+            time.sleep(0.001)
+        unlock()
+
+    releaser = threading.Thread(target=release_once_waiting, daemon=True)
     releaser.start()
     try:
         if how == "plain":
@@ -203,6 +212,8 @@ async def test_blocking_acquire_behind_an_async_with_of_this_loop(case: str, who
         with pytest.raises(RuntimeError, match=r"(?i)deadlock"):
             with blocked:
                 pass
+        # Detected: the rescue is not needed (and must not fire during what follows).
+        rescue.cancel()
         # With a deadline or a token the wait ends by itself: no error of its own.
         with pytest.raises(LockTimeout):
             blocked.acquire(deadline=0.05)

@@ -41,9 +41,11 @@ pub trait Hold: Send + Sync {
 ///
 /// # Invariants
 /// - `released` goes from false to true once, set by the one call that releases `hold`.
-/// - `has_registration` is set (Release) only after a registration is in
-///   `registrations`; registrations are unregistered by the release, or by
-///   [`Unlock::add_registration`] if the release came first.
+/// - `has_registration` is set only after a registration is in `registrations`;
+///   registrations are unregistered by the release, or by [`Unlock::add_registration`]
+///   if the release came first. Each side writes its own flag and then reads the
+///   other's (`released` then `has_registration`, and the reverse), all SeqCst, so at
+///   least one of them sees the other's write and no registration is left behind.
 /// - `registrations` is `None` until the first registration (most `Unlock`s never
 ///   have one, and dropping `None` costs nothing on the acquire/unlock path).
 pub struct Unlock<H: Hold> {
@@ -68,10 +70,11 @@ impl<H: Hold> Unlock<H> {
     /// Release if still held; true if this call released.
     #[inline]
     pub fn unlock(&self) -> bool {
-        // ORDERING: the swap only decides which call releases; the release itself
-        // orders the critical section (the kind's Release). Relaxed RMWs on one atomic
-        // still have a single total order, so exactly one caller sees `false`.
-        if self.released.swap(true, Ordering::Relaxed) {
+        // ORDERING: the swap decides which call releases (RMWs on one atomic have a
+        // single order, so exactly one caller sees `false`); the release itself orders
+        // the critical section. SeqCst for the flag handshake with `add_registration`
+        // (see the invariants); on x86 it is the same locked instruction.
+        if self.released.swap(true, Ordering::SeqCst) {
             return false;
         }
         self.release_claimed();
@@ -97,9 +100,9 @@ impl<H: Hold> Unlock<H> {
     fn release_claimed(&self) {
         let released = self.hold.release();
         debug_assert!(released, "BUG: an Unlock did not hold its lock");
-        // ORDERING: Acquire pairs with the Release store in `add_registration`, so a
-        // set flag means the registration is in the mutex.
-        if self.has_registration.load(Ordering::Acquire) {
+        // ORDERING: SeqCst, the other half of the handshake with `add_registration`
+        // (see the invariants); a set flag also means the registration is in the mutex.
+        if self.has_registration.load(Ordering::SeqCst) {
             self.unregister_all();
         }
     }
@@ -143,9 +146,10 @@ impl<H: Hold> Unlock<H> {
         self.registrations()
             .get_or_insert_with(Vec::new)
             .push(registration);
-        // ORDERING: Release pairs with the Acquire load in `release_claimed`.
-        self.has_registration.store(true, Ordering::Release);
-        if self.released() {
+        // ORDERING: SeqCst store then SeqCst load: the handshake with the release,
+        // which swaps `released` and then loads `has_registration` (see the invariants).
+        self.has_registration.store(true, Ordering::SeqCst);
+        if self.released.load(Ordering::SeqCst) {
             // Released meanwhile (from another thread): leave no callback behind.
             self.unregister_all();
         }

@@ -203,11 +203,16 @@ impl Hold for Owner {
     fn unregister(&self, registrations: Vec<Registration>) {
         // The callbacks hold `Py` references: drop them attached, so that their counts
         // fall now even when the release came through an entry point without PyO3's
-        // attach count (`vectorcall.rs`).
-        Python::attach(|_| {
-            for r in registrations {
+        // attach count (`vectorcall.rs`). An interpreter that is shutting down cannot be
+        // attached to (a `__del__` that releases at exit): then PyO3 defers the drops.
+        let mut registrations = Some(registrations);
+        Python::try_attach(|_| {
+            for r in registrations.take().into_iter().flatten() {
                 r.unregister();
             }
         });
+        for r in registrations.into_iter().flatten() {
+            r.unregister();
+        }
     }
 }
