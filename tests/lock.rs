@@ -403,6 +403,111 @@ fn test_a_competing_waiter_is_handed_the_slot_once_it_waited_long_enough() {
     panic!("the first unlock never came within FAIR_AFTER of the waiter queueing");
 }
 
+/// After a dropped wait: the queue is empty, and a release more than FAIR_AFTER later
+/// hands the lock to nobody, so a bounded acquire takes it.
+fn assert_not_lost(lock: &Lock) {
+    assert_eq!(lock.queued(), 0, "a dropped wait was left in the queue");
+    assert!(lock.try_lock(), "a dropped wait kept the lock");
+    thread::sleep(Duration::from_millis(5));
+    assert!(lock.unlock());
+    lock.lock(for_at_most(PATIENCE))
+        .expect("the lock was handed to a dropped wait");
+    assert!(lock.unlock());
+    assert_free(lock);
+}
+
+#[test]
+fn test_a_thread_wait_dropped_after_retry_gives_up() {
+    let _watchdog = watchdog("test_a_thread_wait_dropped_after_retry_gives_up");
+    thread_wait_dropped_after_retry(false);
+}
+
+#[test]
+fn test_a_thread_wait_dropped_after_retry_passes_on_a_grant_it_never_saw() {
+    let _watchdog =
+        watchdog("test_a_thread_wait_dropped_after_retry_passes_on_a_grant_it_never_saw");
+    thread_wait_dropped_after_retry(true);
+}
+
+/// A `ThreadWait` that competes `Later`, dropped after `Woken::Retry` without competing
+/// (it was still queued, keeping its place): dropping gives up. If `handed_over`, a
+/// release first hands it the lock (it has waited past FAIR_AFTER): that hold, which no
+/// step reported, is passed on instead of being kept by a wait that no longer exists.
+fn thread_wait_dropped_after_retry(handed_over: bool) {
+    let lock = Lock::new();
+    // The first unlock must come within FAIR_AFTER of the waiter queueing; a slow
+    // machine may miss that, so the scenario runs until it happens (a few times at most).
+    for _ in 0..20 {
+        assert!(lock.try_lock());
+        let (stepped, first) = mpsc::channel::<Woken>();
+        let (let_go, go) = mpsc::channel::<()>();
+        let retried = thread::scope(|s| {
+            let lock = &lock;
+            let waiter = s.spawn(move || {
+                let mut waiting = lock.wait_steps(for_at_most(PATIENCE), Compete::Later);
+                let woken = waiting.step().expect("first step failed");
+                stepped.send(woken).unwrap();
+                if woken == Woken::Retry {
+                    go.recv_timeout(PATIENCE).expect("never let go");
+                    drop(waiting);
+                } else {
+                    drop(waiting);
+                    assert!(lock.unlock());
+                }
+            });
+            wait_until("the waiter queued", || lock.queued() == 1);
+            assert!(lock.unlock());
+            let retried = first.recv_timeout(PATIENCE).unwrap() == Woken::Retry;
+            if retried {
+                assert_eq!(lock.queued(), 1, "a Later waiter left the queue");
+                if handed_over {
+                    assert!(lock.try_lock(), "a Retry left the slot taken");
+                    thread::sleep(Duration::from_millis(5));
+                    assert!(lock.unlock());
+                    assert!(lock.is_locked(), "not handed to the waiter past FAIR_AFTER");
+                    assert_eq!(lock.queued(), 0);
+                }
+                let_go.send(()).unwrap();
+            }
+            waiter.join().unwrap();
+            retried
+        });
+        if retried {
+            assert_not_lost(&lock);
+            return;
+        }
+        assert_free(&lock);
+    }
+    panic!("the first unlock never came within FAIR_AFTER of the waiter queueing");
+}
+
+#[test]
+fn test_a_thread_wait_that_panics_in_a_step_gives_up() {
+    let _watchdog = watchdog("test_a_thread_wait_that_panics_in_a_step_gives_up");
+    for lock in both() {
+        assert!(lock.try_lock());
+        thread::scope(|s| {
+            let lock = &lock;
+            let waiter = s.spawn(move || {
+                let mut waiting = lock.wait_steps(
+                    Wait::<()> {
+                        interrupt: Some(Interrupt {
+                            every: Duration::from_millis(1),
+                            check: || panic!("a step panics (expected by the test)"),
+                        }),
+                        ..Wait::default()
+                    },
+                    Compete::Later,
+                );
+                let _ = waiting.step();
+            });
+            assert!(waiter.join().is_err(), "the step did not panic");
+        });
+        assert!(lock.unlock());
+        assert_not_lost(&lock);
+    }
+}
+
 #[test]
 fn test_deadline_timeout_leaves_the_queue_empty_and_the_lock_usable() {
     let _watchdog = watchdog("test_deadline_timeout_leaves_the_queue_empty_and_the_lock_usable");

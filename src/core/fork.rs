@@ -8,7 +8,9 @@
 //!   the queue is settled in the child, so a release never hands the lock to a ghost;
 //! - the timer thread does not exist either: the child starts its own, with the
 //!   parent's pending deadlines;
-//! - nor do the callback runner threads: jobs queued for them run on new ones.
+//! - nor do the callback runner threads: the child gets new runners (so it never
+//!   inherits their mutex locked); jobs queued for the old ones run on new threads, or are
+//!   dropped unrun if a runner held the old mutex at the fork (`runner.rs`).
 //!
 //! The embedding calls [`after_fork_in_child`] in the child (the Python layer registers
 //! it with `os.register_at_fork`). A lock whose queue mutex was held by another thread

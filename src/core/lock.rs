@@ -96,7 +96,8 @@ impl LockView {
 
     /// The waiting part of [`LockView::lock`] as steps, for a caller that must do
     /// something between being woken to compete and competing (the binding takes the
-    /// GIL back first). The caller ran the fast path and the token check.
+    /// GIL back first). The caller ran the fast path and the token check. Dropping the
+    /// wait before it settled gives up (see [`ThreadWait`]).
     #[cold]
     pub fn wait_steps<'a, E>(
         &'a self,

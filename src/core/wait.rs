@@ -45,11 +45,22 @@ pub enum Woken {
 
 /// A thread's wait for one lock, kept across steps so that a waiter that is woken to
 /// compete keeps its place, its age (for the hand-off rule) and its token registration.
+///
+/// # Invariants
+/// - The wait is settled once a step returned anything but [`Woken::Retry`] (it holds
+///   the lock, or it failed and gave up through the give-up rule) or `compete` returned
+///   true (it holds the lock); after that the lock is the caller's business.
+/// - Dropped queued and unsettled (after a `Retry`, or unwinding out of a step), it
+///   gives up through the give-up rule like a cancelled wait: it leaves the queue, and a
+///   grant that reached it meanwhile, which the caller never saw, is passed on. So
+///   dropping is the one cancel path, and no queued waiter is ever left without an owner.
 pub struct ThreadWait<'a, L: RawLock + ?Sized, E> {
     lock: &'a L,
     compete: Compete,
     /// `Some` once queued.
     waiter: Option<L::Waiter>,
+    /// See the invariants.
+    settled: bool,
     wait: Wait<'a, E>,
     deadline: Option<Instant>,
     registration: Option<Registration>,
@@ -67,6 +78,7 @@ impl<'a, L: RawLock + ?Sized, E> ThreadWait<'a, L, E> {
             lock,
             compete,
             waiter: None,
+            settled: false,
             deadline: earliest(wait.deadline, wait.cancel.and_then(CancelToken::deadline)),
             wait,
             registration,
@@ -77,6 +89,14 @@ impl<'a, L: RawLock + ?Sized, E> ThreadWait<'a, L, E> {
     /// try and no queueing), then park until granted, woken to compete, or failed. A
     /// step that fails has left the queue (and passed on any grant it raced with).
     pub fn step(&mut self) -> Result<Woken, AcquireError<E>> {
+        let result = self.step_once();
+        if !matches!(result, Ok(Woken::Retry)) {
+            self.settled = true;
+        }
+        result
+    }
+
+    fn step_once(&mut self) -> Result<Woken, AcquireError<E>> {
         let lock = self.lock;
         let w = match &self.waiter {
             Some(w) => w,
@@ -138,10 +158,13 @@ impl<'a, L: RawLock + ?Sized, E> ThreadWait<'a, L, E> {
     /// After [`Woken::Retry`]: take the lock if it is free; else stay queued and let the
     /// next step park. True if the caller now holds the lock.
     pub fn compete(&mut self) -> bool {
-        self.waiter
+        let took = self
+            .waiter
             .as_ref()
             .expect("BUG: compete before the wait queued")
-            .compete()
+            .compete();
+        self.settled = took;
+        took
     }
 }
 
@@ -149,6 +172,9 @@ impl<L: RawLock + ?Sized, E> Drop for ThreadWait<'_, L, E> {
     fn drop(&mut self) {
         if let Some(r) = self.registration.take() {
             r.unregister();
+        }
+        if let (Some(w), false) = (&self.waiter, self.settled) {
+            let _ = give_up(self.lock, w, AcquireError::<E>::Abandoned);
         }
     }
 }
