@@ -173,33 +173,40 @@ def test_a_holding_unlock_alive_at_interpreter_exit(flags: tuple[str, ...]) -> N
     assert proc.stdout == "done\n"
 
 
-@pytest.mark.parametrize("token_kept", [True, False], ids=["token kept", "token dropped"])
-def test_an_unreachable_unlock_with_unlock_on_cancel_is_collected_and_releases(
-    token_kept: bool,
-) -> None:
-    """The registration of ``unlock_on_cancel`` must not keep its ``Unlock`` alive: one
-    that nobody can reach any more is collected, releases and warns, like any other."""
+@pytest.mark.parametrize("token", ["kept", "dropped", "with a deadline"])
+def test_an_unlock_left_to_unlock_on_cancel(token: str) -> None:
+    """An ``Unlock`` handed to ``unlock_on_cancel`` and dropped stays alive (and holding)
+    as long as its token can still be cancelled: by a handle the program keeps, or by its
+    deadline. Once nothing can cancel the token, the ``Unlock`` is unreachable: it is
+    collected, releases and warns, as any other, instead of holding its lock forever."""
     proc = run(
         f"""
-        import gc, warnings, weakref, ctxlock
+        import gc, time, warnings, weakref, ctxlock
         lock = ctxlock.Lock()
-        token = ctxlock.CancelToken()
+        token = ctxlock.CancelToken(deadline=0.2 if {token!r} == "with a deadline" else None)
         unlock = lock.acquire()
         unlock.unlock_on_cancel(token)
         ref = weakref.ref(unlock)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             del unlock
-            if not {token_kept}:
+            if {token!r} != "kept":
                 del token
             gc.collect()
-        assert ref() is None, "the Unlock is still alive"
-        assert not lock.locked(), "the lock is still held"
-        assert any(issubclass(w.category, ResourceWarning) for w in caught), caught
-        if {token_kept}:
-            token.cancel()  # its callback finds no Unlock: nothing happens
-            assert not lock.locked()
-            lock.acquire()()
+            if {token!r} == "dropped":
+                assert ref() is None, "the Unlock is still alive"
+                assert not lock.locked(), "the lock is still held"
+                assert any(issubclass(w.category, ResourceWarning) for w in caught), caught
+            else:
+                assert ref() is not None and lock.locked(), "released before its token"
+                if {token!r} == "kept":
+                    token.cancel()
+                end = time.monotonic() + 10
+                while lock.locked() and time.monotonic() < end:
+                    time.sleep(0.01)
+                assert not lock.locked(), "the token's cancel did not release"
+                assert not caught, caught
+        lock.acquire()()
         print("ok")
         """
     )

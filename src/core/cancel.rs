@@ -103,16 +103,26 @@ struct Taken {
 /// [`CancelToken::on_cancel_user`]. Dropping it leaves the callback registered: the
 /// node's `pin` keeps it until it runs, so `unlock_on_cancel(CancelToken(deadline=...))`
 /// fires even when nobody else holds the token.
+///
+/// It holds its token weakly: a registration is often kept by what its callback
+/// refers to (an `Unlock` keeps the registration of its `unlock_on_cancel`, whose
+/// callback refers to the `Unlock`). A strong reference would make that a cycle that
+/// keeps both alive for ever once nothing else can cancel the token; a weak one lets
+/// the token go with its last handle (or its pin), and its callbacks with it.
 pub struct Registration {
-    node: Arc<Node>,
+    node: Weak<Node>,
     id: u64,
 }
 
 impl Registration {
-    /// Unregister; true if this stopped the callback from running.
+    /// Unregister; true if this stopped the callback from running. False once the
+    /// token is gone: its callbacks went with it, without running.
     pub fn unregister(self) -> bool {
+        let Some(node) = self.node.upgrade() else {
+            return false;
+        };
         let (removed, pin) = {
-            let mut inner = self.node.lock();
+            let mut inner = node.lock();
             let removed = inner.callbacks.remove(&self.id);
             let pin = match inner.callbacks.is_empty() {
                 true => inner.pin.take(),
@@ -121,7 +131,7 @@ impl Registration {
             (removed, pin)
         };
         // The callback (maybe a Python object) and the pin are dropped here, after the
-        // mutex (`self.node` keeps the node alive until then).
+        // mutex (`node` keeps the node alive until then).
         drop(pin);
         removed.is_some()
     }
@@ -286,7 +296,7 @@ impl Node {
         }
         drop(inner);
         Some(Registration {
-            node: self.clone(),
+            node: Arc::downgrade(self),
             id,
         })
     }

@@ -2,7 +2,7 @@
 
 use pyo3::exceptions::{PyResourceWarning, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyWeakrefReference};
+use pyo3::types::PyString;
 
 use crate::core::unlock::Unlock;
 use crate::core::waiter::Mode;
@@ -94,21 +94,15 @@ impl PyUnlock {
         if this.unlock.released() {
             return Ok(());
         }
-        // A weak reference: the registration lives in this `Unlock` until it releases,
-        // so a strong one would make a cycle (Unlock -> registration -> token's callback
-        // -> Unlock) that Python's collector cannot see, and an `Unlock` nobody can
-        // reach would hold its lock forever instead of being collected, releasing and
-        // warning.
-        let me = PyWeakrefReference::new(slf.as_any())?.unbind();
+        // A strong reference does not make a cycle that outlives the token: the
+        // registration kept in this `Unlock` holds the token weakly (see `Registration`),
+        // so once nothing can cancel the token any more, it goes, with this callback, and
+        // an `Unlock` nobody else refers to is then collected (releasing and warning).
+        let me: Py<PyUnlock> = slf.clone().unbind();
         let registration = token.get().token.on_cancel(move |_| {
             // Attach: releases are serialized by the GIL (see `release`). During
             // interpreter shutdown nothing can wait for the lock any more.
-            Python::try_attach(|py| {
-                let unlock = me.bind(py).upgrade();
-                if let Some(unlock) = unlock.as_ref().and_then(|u| u.cast::<PyUnlock>().ok()) {
-                    unlock.get().release();
-                }
-            });
+            Python::try_attach(|_| me.get().release());
         });
         if let Some(r) = registration {
             this.unlock.add_registration(r);
