@@ -15,7 +15,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use ctxlock::{
-    forever, AcquireError, CancelToken, Compete, Interrupt, Lock, Timeout, Unlock, Wait, Woken,
+    forever, AcquireError, CancelToken, Compete, Interrupt, Lock, TaskWait, Timeout, Unlock, Wait,
+    Woken,
 };
 use support::{
     for_at_most, label, noop_waker, reason, until_cancelled, wait_until, watchdog, CountingWaker,
@@ -1047,6 +1048,145 @@ fn test_dropping_a_queued_task_leaves_the_queue() {
         drop(task);
         assert_eq!(lock.queued(), 0, "a dropped task stayed queued");
         assert!(lock.unlock());
+        assert_free(&lock);
+    }
+}
+
+/// A queued task with a token and a deadline (`TaskWait::start`).
+fn task_with(lock: &Lock, cancel: Option<CancelToken>, deadline: Option<Instant>) -> TaskWait {
+    TaskWait::start(lock.view().clone(), noop_waker(), cancel, deadline)
+}
+
+#[test]
+fn test_task_is_woken_by_its_token_from_another_thread() {
+    for lock in both() {
+        assert!(lock.try_lock());
+        let token = CancelToken::default();
+        let (woken, waker) = CountingWaker::new();
+        let task = TaskWait::start(lock.view().clone(), waker, Some(token.clone()), None);
+        assert!(task.queued());
+        assert_eq!(token.registrations(), 1, "the waker is not on the token");
+        thread::scope(|s| {
+            s.spawn(|| token.cancel(reason("cancel")));
+        });
+        assert_eq!(woken.wakes(), 1);
+        match task.finish::<()>() {
+            Err(AcquireError::Cancelled(r)) => assert_eq!(label(&r), "cancel"),
+            other => panic!("expected Cancelled, got {other:?}"),
+        }
+        assert_eq!(lock.queued(), 0);
+        assert!(lock.unlock());
+        assert_free(&lock);
+    }
+}
+
+#[test]
+fn test_task_token_cancelled_before_it_queued_rings_at_once() {
+    let lock = Lock::fair();
+    assert!(lock.try_lock());
+    let token = CancelToken::default();
+    token.cancel(reason("early"));
+    let (woken, waker) = CountingWaker::new();
+    let task = TaskWait::start(lock.view().clone(), waker, Some(token.clone()), None);
+    assert_eq!(woken.wakes(), 1);
+    assert!(matches!(
+        task.finish::<()>(),
+        Err(AcquireError::Cancelled(_))
+    ));
+    assert!(lock.unlock());
+    assert_free(&lock);
+}
+
+#[test]
+fn test_task_is_woken_at_its_deadline_and_times_out() {
+    let _watchdog = watchdog("test_task_is_woken_at_its_deadline_and_times_out");
+    for lock in both() {
+        assert!(lock.try_lock());
+        let token = CancelToken::default();
+        let (woken, waker) = CountingWaker::new();
+        let at = Instant::now() + Duration::from_millis(20);
+        let task = TaskWait::start(lock.view().clone(), waker, Some(token.clone()), Some(at));
+        assert_eq!(token.registrations(), 1, "no child token for the deadline");
+        wait_until("the deadline rang", || woken.wakes() == 1);
+        assert!(Instant::now() >= at, "rang before the deadline");
+        assert!(matches!(task.finish::<()>(), Err(AcquireError::Timeout)));
+        assert!(
+            !token.is_cancelled(),
+            "the wait's deadline cancelled the token"
+        );
+        assert_eq!(
+            token.registrations(),
+            0,
+            "the child token outlived the wait"
+        );
+        // Without a token: a fresh one keeps the deadline.
+        let (woken, waker) = CountingWaker::new();
+        let at = Instant::now() + Duration::from_millis(20);
+        let task = TaskWait::start(lock.view().clone(), waker, None, Some(at));
+        wait_until("the deadline rang", || woken.wakes() == 1);
+        assert!(matches!(task.finish::<()>(), Err(AcquireError::Timeout)));
+        assert_eq!(lock.queued(), 0);
+        assert!(lock.unlock());
+        assert_free(&lock);
+    }
+}
+
+#[test]
+fn test_task_at_its_tokens_deadline_sees_the_token_cancelled() {
+    let _watchdog = watchdog("test_task_at_its_tokens_deadline_sees_the_token_cancelled");
+    let lock = Lock::fair();
+    assert!(lock.try_lock());
+    let soon = Instant::now() + Duration::from_millis(20);
+    let token = CancelToken::new(Some((soon, reason("deadline"))));
+    let (woken, waker) = CountingWaker::new();
+    let far = Instant::now() + Duration::from_secs(3600);
+    let task = TaskWait::start(lock.view().clone(), waker, Some(token.clone()), Some(far));
+    wait_until("the token's deadline rang", || woken.wakes() == 1);
+    assert!(token.is_cancelled());
+    match task.finish::<()>() {
+        Err(AcquireError::Cancelled(r)) => assert_eq!(label(&r), "deadline"),
+        other => panic!("expected Cancelled, got {other:?}"),
+    }
+    assert!(lock.unlock());
+    assert_free(&lock);
+}
+
+#[test]
+fn test_settled_task_unregisters_from_its_token() {
+    for lock in both() {
+        let token = CancelToken::default();
+        // Granted, then finished.
+        assert!(lock.try_lock());
+        let task = task_with(&lock, Some(token.clone()), None);
+        assert!(lock.unlock());
+        assert!(task.finish::<()>().is_ok());
+        assert_eq!(token.registrations(), 0, "finish left the waker registered");
+        assert!(lock.unlock());
+        // Given up, and dropped unsettled.
+        assert!(lock.try_lock());
+        let task = task_with(&lock, Some(token.clone()), None);
+        task.give_up();
+        assert_eq!(
+            token.registrations(),
+            0,
+            "give_up left the waker registered"
+        );
+        let task = task_with(&lock, Some(token.clone()), Some(Instant::now() + PATIENCE));
+        assert_eq!(token.registrations(), 1);
+        drop(task);
+        assert_eq!(token.registrations(), 0, "drop left the waker registered");
+        assert!(lock.unlock());
+        assert_free(&lock);
+        // A grant that races the cancel is passed on; the token is not touched.
+        assert!(lock.try_lock());
+        let cancelled = CancelToken::default();
+        let task = task_with(&lock, Some(cancelled.clone()), None);
+        assert!(lock.unlock());
+        cancelled.cancel(reason("late"));
+        assert!(matches!(
+            task.finish::<()>(),
+            Err(AcquireError::Cancelled(_))
+        ));
         assert_free(&lock);
     }
 }

@@ -415,7 +415,7 @@ fn task_settles_once(new: fn() -> Lock) {
             let task = task.clone();
             thread::spawn(move || task.give_up())
         };
-        match task.finish::<()>(None) {
+        match task.finish::<()>() {
             Ok(()) => assert!(lock.unlock(), "finish said held, but the lock is not"),
             Err(AcquireError::Timeout) | Err(AcquireError::Abandoned) => {}
             Err(e) => panic!("unexpected {e:?}"),

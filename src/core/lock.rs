@@ -144,7 +144,7 @@ impl LockView {
 
     /// Queue an asynchronous acquire woken through `waker`; `None` if it acquired at once.
     pub fn lock_task(&self, waker: Waker) -> Option<TaskWait<LockView>> {
-        let task = TaskWait::start(self.clone(), waker);
+        let task = TaskWait::start(self.clone(), waker, None, None);
         task.queued().then_some(task)
     }
 

@@ -1,18 +1,24 @@
 //! An asynchronous acquire: a waiter in the same queue as threads, woken by a `Waker`.
 //!
 //! The core knows nothing of event loops: the waker is the doorbell (the binding's
-//! completes an asyncio future on the task's loop). Ownership never travels through the
-//! doorbell; it is the waiter's status, so a doorbell that rings late, twice, or for a
-//! task that is gone cannot leak or double-grant the lock. The wait is settled exactly
-//! once: by the task when its doorbell rang ([`TaskWait::finish`]), or by whoever sees
-//! that the task will not finish (it was cancelled, its loop is gone, it was dropped:
-//! [`TaskWait::give_up`]). Both apply the one give-up rule (`give_up.rs`). loom checks
-//! the settlement against a racing grant (`tests/loom_lock.rs`, `task_settles_once`).
+//! completes an asyncio future on the task's loop). It rings for a grant, and for the
+//! wait's token and deadline too: [`TaskWait::start`] registers the waker on the token
+//! (a child of it, or a fresh one, with the wait's own deadline), so the thread that
+//! cancels, or the timer thread at a deadline, rings the one doorbell. Ownership never
+//! travels through the doorbell; it is the waiter's status, so a doorbell that rings
+//! late, twice, or for a task that is gone cannot leak or double-grant the lock. The
+//! wait is settled exactly once: by the task when its doorbell rang
+//! ([`TaskWait::finish`]), or by whoever sees that the task will not finish (it was
+//! cancelled, its loop is gone, it was dropped: [`TaskWait::give_up`]). Both apply the
+//! one give-up rule (`give_up.rs`). loom checks the settlement against a racing grant
+//! (`tests/loom_lock.rs`, `task_settles_once`) and against a cancel racing a grant and
+//! a doorbell that gives up (`tests/loom_task.rs`).
 
+use std::sync::{Arc, Mutex};
 use std::task::Waker;
 use std::time::Instant;
 
-use super::cancel::CancelToken;
+use super::cancel::{CancelToken, Reason, Registration};
 use super::error::AcquireError;
 use super::give_up::{cancelled, give_up, keep_or_pass_on};
 use super::raw::{Compete, Enqueued, Notify, RawLock, RawWaiter, Status};
@@ -23,6 +29,10 @@ const OPEN: u8 = 0;
 /// Settled: by `finish` or `give_up`, whichever came first; never left again.
 const SETTLED: u8 = 1;
 
+/// The reason the token of a wait's own deadline is cancelled with. Never shown: a wait
+/// woken by it ends in [`AcquireError::Timeout`] (the caller's token is asked first).
+struct OwnDeadline;
+
 /// A queued asynchronous acquire of `L`.
 ///
 /// # Invariants
@@ -31,24 +41,59 @@ const SETTLED: u8 = 1;
 /// - Until settled, a grant (the waiter's status) belongs to the wait: settling either
 ///   hands it to the task or passes it on. Dropped unsettled, a grant that `granted`
 ///   reported belongs to the caller, any other is passed on.
+/// - `wake_up` holds a registration from `start` (if it queued with a token or a
+///   deadline) until the call that settles takes it out and unregisters it; only that
+///   call touches it. It is `None` when there is nothing to register (a plain wait
+///   settles without a mutex).
 pub struct TaskWait<L: RawLock> {
     lock: L,
     /// `None`: the lock was free, and taken at once.
     waiter: Option<L::Waiter>,
     settled: AtomicU8,
+    /// The caller's token: cancelled, it ends the wait with its reason.
+    cancel: Option<CancelToken>,
+    /// The waker, registered on the token that ends the wait: the caller's, or a child
+    /// of it (or a fresh root) that also cancels itself at the wait's own deadline.
+    /// (A std mutex, as in the token tree: only the settling call takes it, once.)
+    wake_up: Option<Mutex<Option<Registration>>>,
 }
 
 impl<L: RawLock> TaskWait<L> {
-    /// Take `lock`, or queue a task woken through `waker`.
-    pub fn start(lock: L, waker: Waker) -> TaskWait<L> {
-        let waiter = match lock.enqueue(Notify::Task(waker), Compete::AtOnce) {
+    /// Take `lock`, or queue a task woken through `waker` when the lock is handed to
+    /// it, when `cancel` is cancelled (from any thread, or by its deadline) and at
+    /// `deadline`.
+    pub fn start(
+        lock: L,
+        waker: Waker,
+        cancel: Option<CancelToken>,
+        deadline: Option<Instant>,
+    ) -> TaskWait<L> {
+        // The waker goes to the queue, and a clone to the token if there is one to ring.
+        let (notify, waker) = match (&cancel, deadline) {
+            (None, None) => (waker, None),
+            _ => (waker.clone(), Some(waker)),
+        };
+        let waiter = match lock.enqueue(Notify::Task(notify), Compete::AtOnce) {
             Enqueued::Acquired => None,
             Enqueued::Queued(waiter) => Some(waiter),
         };
+        let wake_up = waiter.as_ref().zip(waker).and_then(|(_, waker)| {
+            let own = |at: Instant| -> (Instant, Reason) { (at, Arc::new(OwnDeadline)) };
+            let ends = match (&cancel, deadline) {
+                (None, None) => return None,
+                (Some(t), None) => t.clone(),
+                (Some(t), Some(at)) => t.child(Some(own(at))),
+                (None, Some(at)) => CancelToken::new(Some(own(at))),
+            };
+            // Already cancelled (or due): the waker rings now, and `finish` tells why.
+            ends.on_cancel(move |_| waker.wake_by_ref())
+        });
         TaskWait {
             lock,
             waiter,
             settled: AtomicU8::new(OPEN),
+            cancel,
+            wake_up: wake_up.map(|r| Mutex::new(Some(r))),
         }
     }
 
@@ -77,18 +122,45 @@ impl<L: RawLock> TaskWait<L> {
         &self.lock
     }
 
-    /// True for the one caller that settles the wait.
+    /// True for the one caller that settles the wait; it also stops the token from
+    /// ringing the doorbell.
     fn claim(&self) -> bool {
         // ORDERING: only decides who settles (one RMW order on one atomic); the kind's
         // own synchronization (the slot's queue mutex) orders the lock itself.
-        self.settled.swap(SETTLED, Ordering::Relaxed) == OPEN
+        if self.settled.swap(SETTLED, Ordering::Relaxed) != OPEN {
+            return false;
+        }
+        let wake_up = self
+            .wake_up
+            .as_ref()
+            .and_then(|m| m.lock().unwrap_or_else(|e| e.into_inner()).take());
+        if let Some(r) = wake_up {
+            r.unregister();
+        }
+        true
     }
 
-    /// The doorbell rang (or the task woke for its token or its deadline): take the lock,
-    /// or say why not. A wait that ends without a grant is a timeout, unless `cancel` is
-    /// cancelled (or due); a grant that races a timeout is kept, one that races a cancel
-    /// is passed on. `AcquireError::Abandoned` if the wait was already given up.
-    pub fn finish<E>(&self, cancel: Option<&CancelToken>) -> Result<(), AcquireError<E>> {
+    /// The doorbell rang (for a grant, the token or the deadline): take the lock, or
+    /// say why not. A wait that ends without a grant is a timeout, unless the token is
+    /// cancelled (or due: it is cancelled now, before the caller sees the error, as a
+    /// thread's wait does); a grant that races a timeout is kept, one that races a
+    /// cancel is passed on. `AcquireError::Abandoned` if the wait was already given up.
+    pub fn finish<E>(&self) -> Result<(), AcquireError<E>> {
+        self.finish_with(|held| {
+            let t = self.cancel.as_ref()?;
+            let ended = t.is_cancelled() || (!held && t.expire_if_due(Instant::now()));
+            ended.then(|| cancelled(t))
+        })
+    }
+
+    /// [`finish`](Self::finish), with the token's verdict given by `cancelled`: told
+    /// whether the lock is held, it returns the cancellation that ends the wait, if
+    /// any. (The settlement itself, which the loom model drives with a verdict of its
+    /// own, as the token tree is not modelled.)
+    pub fn finish_with<E>(
+        &self,
+        cancelled: impl FnOnce(bool) -> Option<AcquireError<E>>,
+    ) -> Result<(), AcquireError<E>> {
         if !self.claim() {
             return Err(AcquireError::Abandoned);
         }
@@ -99,19 +171,11 @@ impl<L: RawLock> TaskWait<L> {
                     || give_up(&self.lock, w, AcquireError::<E>::Timeout).is_ok()
             }
         };
-        if let Some(t) = cancel {
-            // A wait that ended without the lock may have ended at the token's deadline
-            // before the timer got to it: cancel the token now, as a thread does.
-            if t.is_cancelled() || (!held && t.expire_if_due(Instant::now())) {
-                return match held {
-                    true => keep_or_pass_on(&self.lock, cancelled(t)),
-                    false => Err(cancelled(t)),
-                };
-            }
-        }
-        match held {
-            true => Ok(()),
-            false => Err(AcquireError::Timeout),
+        match (cancelled(held), held) {
+            (Some(why), true) => keep_or_pass_on(&self.lock, why),
+            (Some(why), false) => Err(why),
+            (None, true) => Ok(()),
+            (None, false) => Err(AcquireError::Timeout),
         }
     }
 

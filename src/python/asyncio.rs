@@ -3,15 +3,17 @@
 //! `acquire_async()` returns an [`Acquire`], which asyncio and anyio take for a coroutine
 //! and which does nothing until awaited. Its first step checks the token and tries the
 //! same CAS as a thread's: a free lock is acquired with no future and no event-loop
-//! call. A contended acquire with a token or a deadline runs the Python shim
-//! `ctxlock._asyncio.acquire`, which creates one future and queues a [`Waiting`] in the
-//! lock's one wait queue; one with neither (`async with`, plain `acquire_async()`) does
-//! the same steps itself, with no Python frame. Its waker, [`Doorbell`], completes that
-//! future on the task's own loop (directly on the loop's thread, else through
-//! `call_soon_threadsafe`). The future is only a doorbell: who owns the lock is the
-//! waiter's status in the core, and the `Waiting` is settled exactly once, by the task
-//! (`finish` or `cancel`) or, if the loop can no longer run it, by the doorbell itself,
-//! which then passes the lock on. So no path leaks the lock or grants it twice.
+//! call. A contended acquire creates one future and queues a [`Waiting`] in the lock's
+//! one wait queue, with its token and deadline (no Python frame, whatever the
+//! arguments). Its waker, [`Doorbell`], completes that future on the task's own loop
+//! (directly on the loop's thread, else through `call_soon_threadsafe`); the core rings
+//! it for a grant, for a cancel of the token (from any thread) and, from its timer
+//! thread, at the token's deadline and the acquire's own, so no loop timer is involved.
+//! The future is only a doorbell: who owns the lock is the waiter's status in the core,
+//! and the wait is settled exactly once, by the task (`finish`, or giving up when an
+//! exception is thrown in or it is closed or dropped) or, if the loop can no longer run
+//! it, by the doorbell itself, which then passes the lock on. So no path leaks the lock
+//! or grants it twice.
 //!
 //! XX: a release that grants many tasks rings each doorbell separately; batching them
 //! into one `call_soon_threadsafe` per loop is left for the benchmark work.
@@ -19,7 +21,6 @@
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::task::{Wake, Waker};
-use std::time::Instant;
 
 use pyo3::exceptions::{
     PyBaseException, PyRuntimeError, PyStopIteration, PyTypeError, PyValueError,
@@ -30,6 +31,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyIterator, PyType};
 
 use crate::core::acquire;
+use crate::core::cancel::CancelToken;
 use crate::core::deadline::Timeout;
 use crate::core::raw::RawLock;
 use crate::core::task::TaskWait;
@@ -40,7 +42,6 @@ use super::cancel::PyCancelToken;
 use super::dealloc::exception_set_aside;
 use super::errors::to_pyerr;
 use super::kind::{Kind, Owner};
-use super::shim::shim_fn;
 use super::task_owner::TaskOwner;
 use super::unlock::PyUnlock;
 
@@ -150,11 +151,10 @@ impl Ready {
 /// `collections.abc.Coroutine` recognises it), with no Python frame of its own.
 ///
 /// Nothing happens until the first step: then it checks the token, takes a free lock, or
-/// waits. A wait with neither token nor deadline is done here: queue, yield the future
-/// (as `await fut` does), take the lock on the step after the doorbell rang. One with a
-/// token or a deadline runs the shim's `acquire` coroutine and passes every step to it.
-/// An exception thrown in, `close()`, or dropping it gives any wait up (the shim's
-/// `except` and [`Waiting`]'s `Drop`), so no stage leaks the lock or grants it twice.
+/// waits: queue, yield the future (as `await fut` does), and on the step after the
+/// doorbell rang take the lock or raise why not (the token, the deadline). An exception
+/// thrown in, `close()`, or dropping it gives any wait up ([`Waiting`]'s `Drop`), so no
+/// stage leaks the lock or grants it twice.
 #[pyclass(name = "_Acquire", module = "ctxlock", frozen)]
 pub(crate) struct Acquire {
     owner: Owner,
@@ -171,10 +171,8 @@ enum Step {
         token: Option<Py<PyCancelToken>>,
         timeout: Timeout,
     },
-    /// Queued (no token, no deadline): the wait and the future's own iterator.
+    /// Queued: the wait and the future's own iterator.
     Queued(Waiting, Py<PyIterator>),
-    /// Waiting in the shim's coroutine (a token or a deadline).
-    Shim(Py<PyAny>),
     Running,
     Done,
 }
@@ -263,24 +261,15 @@ impl Acquire {
     }
 
     fn resume(&self, py: Python<'_>, step: Step, how: Resume<'_>) -> PyResult<Suspend> {
-        let exc = match how {
-            Resume::Throw(exc) => exc,
-            Resume::Send(value) => {
-                return match step {
-                    Step::Start { token, timeout } => self.start(py, token, timeout),
-                    Step::Queued(waiting, fut_iter) => {
-                        self.wait(py, waiting, fut_iter.into_bound(py))
-                    }
-                    Step::Shim(coro) => shim_step(py, coro, intern!(py, "send"), value),
-                    Step::Running | Step::Done => unreachable!("taken out by `step`"),
-                };
+        match (step, how) {
+            (Step::Start { token, timeout }, Resume::Send(_)) => self.start(py, token, timeout),
+            (Step::Queued(waiting, fut_iter), Resume::Send(_)) => {
+                self.wait(py, waiting, fut_iter.into_bound(py))
             }
-        };
-        match step {
-            Step::Shim(coro) => shim_step(py, coro, intern!(py, "throw"), exc),
             // Unstarted: raise it (nothing to give up). Queued: dropping the wait gives
             // it up, or passes on a lock granted at that moment.
-            _ => Err(PyErr::from_value(exc)),
+            (_, Resume::Throw(exc)) => Err(PyErr::from_value(exc)),
+            (Step::Running | Step::Done, _) => unreachable!("taken out by `step`"),
         }
     }
 
@@ -299,20 +288,15 @@ impl Acquire {
             Ok(false) => {}
             Err(e) => return Err(to_pyerr(py, e)),
         }
-        if token.is_some() || !timeout.is_never() {
-            let lock = self.owner.object().bind(py);
-            let secs = timeout.duration().map(|d| d.as_secs_f64());
-            let coro = shim_fn!(py, "acquire")?.call1((lock, token, secs))?;
-            return shim_step(
-                py,
-                coro.unbind(),
-                intern!(py, "send"),
-                py.None().into_bound(py),
-            );
-        }
         let fut = event_loop.call_method0(intern!(py, "create_future"))?;
         let fut_iter = fut.try_iter()?;
-        let waiting = Waiting::queue(self.owner.clone_ref(py), event_loop.unbind(), fut.unbind());
+        let waiting = Waiting::queue(
+            self.owner.clone_ref(py),
+            event_loop.unbind(),
+            fut.unbind(),
+            cancel.cloned(),
+            timeout,
+        );
         if waiting.granted() {
             return self.finish(py, &waiting);
         }
@@ -350,28 +334,11 @@ impl Acquire {
     }
 
     fn finish(&self, py: Python<'_>, waiting: &Waiting) -> PyResult<Suspend> {
-        let unlock = waiting.finish(py, None, self.want_unlock)?;
-        Ok(Suspend::Return(match unlock {
-            None => None,
-            Some(u) => Some(Py::new(py, u)?.into_any()),
-        }))
-    }
-}
-
-/// Pass a step to the shim's coroutine: `coro.send(value)` or `coro.throw(exc)`.
-fn shim_step(
-    py: Python<'_>,
-    coro: Py<PyAny>,
-    method: &Bound<'_, pyo3::types::PyString>,
-    arg: Bound<'_, PyAny>,
-) -> PyResult<Suspend> {
-    match coro.bind(py).call_method1(method, (arg,)) {
-        Ok(yielded) => Ok(Suspend::Yield(yielded.unbind(), Step::Shim(coro))),
-        Err(e) if e.is_instance_of::<PyStopIteration>(py) => {
-            let value = e.value(py).getattr(intern!(py, "value"))?;
-            Ok(Suspend::Return(Some(value.unbind())))
-        }
-        Err(e) => Err(e),
+        waiting
+            .wait
+            .finish::<Infallible>()
+            .map_err(|e| to_pyerr(py, e))?;
+        Ok(Suspend::Return(self.held(py)?))
     }
 }
 
@@ -395,8 +362,7 @@ impl Acquire {
             .ok_or_else(|| PyStopIteration::new_err((py.None(),)))
     }
 
-    /// An exception at the `await` (task cancelled, `asyncio.timeout`): give up, raise it
-    /// (or, in the shim, whatever its `except` makes of it).
+    /// An exception at the `await` (task cancelled, `asyncio.timeout`): give up, raise it.
     #[pyo3(signature = (typ, val = None, _tb = None))]
     fn throw(
         &self,
@@ -416,14 +382,10 @@ impl Acquire {
     }
 
     /// Give up: unstarted, nothing to do; queued, leave the queue (or pass on a lock
-    /// granted at that moment); in the shim, close its coroutine (its `except` does it).
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
+    /// granted at that moment).
+    fn close(&self) -> PyResult<()> {
         match self.take() {
             Step::Running => Err(PyValueError::new_err("coroutine already executing")),
-            Step::Shim(coro) => {
-                self.put(Step::Done);
-                coro.bind(py).call_method0(intern!(py, "close")).map(drop)
-            }
             // Dropping a `Waiting` gives its wait up.
             _ => {
                 self.put(Step::Done);
@@ -509,72 +471,42 @@ impl Wake for Doorbell {
 }
 
 /// One queued asynchronous acquire; the core's `TaskWait` settles it exactly once.
-#[pyclass(name = "_Waiting", module = "ctxlock", frozen)]
 pub(crate) struct Waiting {
     wait: Arc<TaskWait<Owner>>,
 }
 
 impl Waiting {
-    /// Queue a task of `event_loop`; called from a task, so on the thread running that
-    /// loop (the doorbell relies on it).
-    pub(crate) fn queue(owner: Owner, event_loop: Py<PyAny>, fut: Py<PyAny>) -> Waiting {
+    /// Queue a task of `event_loop`, ended by `cancel` and `timeout` too; called from a
+    /// task, so on the thread running that loop (the doorbell relies on it).
+    fn queue(
+        owner: Owner,
+        event_loop: Py<PyAny>,
+        fut: Py<PyAny>,
+        cancel: Option<CancelToken>,
+        timeout: Timeout,
+    ) -> Waiting {
         let bell = Arc::new(Doorbell {
             event_loop,
             loop_thread: thread_ident(),
             fut,
             wait: OnceLock::new(),
         });
-        let wait = Arc::new(TaskWait::start(owner, Waker::from(bell.clone())));
+        let waker = Waker::from(bell.clone());
+        let wait = Arc::new(TaskWait::start(owner, waker, cancel, timeout.deadline()));
         let _ = bell.wait.set(Arc::downgrade(&wait));
         Waiting { wait }
     }
-}
 
-#[pymethods]
-impl Waiting {
     /// Whether the lock is this task's already (no need to wait).
     fn granted(&self) -> bool {
         self.wait.granted()
-    }
-
-    /// At the token's deadline (its `time.monotonic()` clock, not the loop's): cancel
-    /// the token with its deadline reason if that is due; true if it is now cancelled.
-    fn expire(&self, token: &Bound<'_, PyCancelToken>) -> bool {
-        token.get().token.expire_if_due(Instant::now())
-    }
-
-    /// The task was cancelled (or its coroutine closed) while waiting.
-    fn cancel(&self) {
-        self.wait.give_up();
-    }
-
-    /// The doorbell rang: take the lock, or raise why not.
-    #[pyo3(signature = (token, want_unlock))]
-    fn finish(
-        &self,
-        py: Python<'_>,
-        token: Option<&Bound<'_, PyCancelToken>>,
-        want_unlock: bool,
-    ) -> PyResult<Option<PyUnlock>> {
-        let cancel = token.map(|t| &t.get().token);
-        self.wait
-            .finish::<Infallible>(cancel)
-            .map_err(|e| to_pyerr(py, e))?;
-        let owner = self.wait.view();
-        if want_unlock {
-            Ok(Some(PyUnlock::new(owner.clone_ref(py))))
-        } else {
-            owner.kind().scope_hold();
-            TaskOwner::set(owner.kind());
-            Ok(None)
-        }
     }
 }
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        // A coroutine destroyed without running its `except`/`finally` still must not
-        // leave a waiter (or a granted lock) behind.
+        // A wait given up (an exception thrown in, closed, or dropped unfinished) must
+        // not leave a waiter (or a granted lock) behind.
         self.wait.give_up();
     }
 }

@@ -140,15 +140,6 @@ macro_rules! lock_methods {
                 $crate::python::asyncio::exit(py, self.kind())
             }
 
-            fn _queue_task(
-                slf: &Bound<'_, Self>,
-                loop_: Py<PyAny>,
-                fut: Py<PyAny>,
-            ) -> $crate::python::asyncio::Waiting {
-                use $crate::python::vectorcall::FastAcquire;
-                $crate::python::asyncio::Waiting::queue(Self::owner(slf.clone().unbind()), loop_, fut)
-            }
-
             fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<()> {
                 Err($crate::python::errors::not_picklable(slf.as_any()))
             }

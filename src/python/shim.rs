@@ -1,4 +1,5 @@
-//! The Python half of the asyncio waits, `ctxlock._asyncio`: its functions, looked up once.
+//! The Python half of `CancelToken.wait_async`, `ctxlock._asyncio`: its functions,
+//! looked up once. (The lock's own waits are all in `asyncio.rs`.)
 
 /// A function of `ctxlock._asyncio`, looked up once (a `PyOnceLock` per call site).
 macro_rules! shim_fn {
