@@ -659,19 +659,27 @@ async def test_tasks_of_many_managers_exclude_each_other(ns: str, managers: Mana
 async def test_a_task_and_a_thread_of_different_managers_hand_over(
     ns: str, managers: Managers
 ) -> None:
-    first, second = managers(2)
+    # A task and a thread wait for the name through two managers; each release lets exactly
+    # one of them in (whichever the policy picks), the other only after it.
+    first, second, third = managers(3)
     name = ns + "a"
     held = await first.lock(name).acquire_async()
-    task = asyncio.create_task(second.lock(name).acquire_async(deadline=PATIENCE * 2))
+    task = asyncio.ensure_future(second.lock(name).acquire_async(deadline=PATIENCE * 2))
     assert await until(lambda: first.lock(name).statistics().waiting == 1)
-    thread = in_thread(lambda: second.sharable_lock(name).shared.acquire(deadline=PATIENCE * 2))
+    thread = asyncio.wrap_future(
+        in_thread(lambda: third.sharable_lock(name).exclusive.acquire(deadline=PATIENCE * 2))
+    )
     assert await until(lambda: first.lock(name).statistics().waiting == 2)
     held()
-    got = await bounded(task)
-    assert not thread.done()
-    got()
-    reader = await bounded(asyncio.wrap_future(thread))
-    reader()
+    done, pending = await asyncio.wait(
+        {task, thread}, timeout=PATIENCE, return_when="FIRST_COMPLETED"
+    )
+    assert len(done) == 1, "none or both of the waiters got the name"
+    (winner,), (loser,) = done, pending
+    assert not loser.done()
+    assert_taken(first.lock(name))
+    winner.result()()
+    (await bounded(loser))()
     assert_free(first, name)
 
 
@@ -1284,20 +1292,22 @@ def attempt(fn, *args, **kwargs):
 
 mgr = ctxlock.LockManager()
 other = ctxlock.LockManager()
-lock, rw = mgr.lock("a"), mgr.sharable_lock("b")
+lock, rw, entered = mgr.lock("a"), mgr.sharable_lock("b"), mgr.lock("i")
 
 # Holds that outlive their manager, used and dropped in every order.
 u1 = lock.acquire()
 u2 = rw.shared.acquire()
-lock.__enter__()
+entered.__enter__()
+rw.shared.__enter__()
 rw.exclusive  # a view made before close
 mgr.close()
 for u in (u1, u2):
     u(); u()
     attempt(u.unlock_on_cancel, ctxlock.CancelToken())
     u.lost.cancel("again")
-attempt(lock.__exit__, None, None, None)
-attempt(lock.__exit__, None, None, None)
+attempt(entered.__exit__, None, None, None)
+attempt(entered.__exit__, None, None, None)
+attempt(rw.shared.__exit__, None, None, None)
 attempt(rw.shared.__exit__, None, None, None)
 attempt(lock.acquire)
 attempt(lock.try_acquire)
@@ -1357,7 +1367,7 @@ async def main():
     held()
 
 asyncio.run(main())
-for name in "abcdefgh":
+for name in "abcdefghi":
     other.lock(name).acquire(deadline=0)()
 other.close()
 print("ok")
