@@ -31,6 +31,11 @@ pub use crate::core::deadline::{BadTimeout, Timeout};
 pub use crate::core::error::AcquireError;
 pub use crate::core::fork::after_fork_in_child;
 pub use crate::core::lock::{forever, Lock, LockView, SharableLock};
+/// Named locks of the in-process scope (`LockManager("memory:")` in Python).
+#[cfg(not(loom))]
+pub use crate::core::named::{
+    check_name, Client, Failure, Info, Lost, NamedView, NamedWaiter, Scope, Who, MAX_NAME_BYTES,
+};
 pub use crate::core::park::Interrupt;
 pub use crate::core::raw::{Compete, Enqueued, Notify, RawLock, RawWaiter, Status};
 pub use crate::core::unlock::Hold;

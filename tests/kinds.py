@@ -8,13 +8,14 @@ property files (``test_exclusion.py``, ``test_deadlines.py``, ``test_cancellatio
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
-from ctxlock import Lock, LockView, SharableLock
+from ctxlock import Lock, LockManager, LockView, NamedLock, SharableLock
 
-View = Lock | LockView
+View = Lock | LockView | NamedLock
 
 
 @dataclass(frozen=True)
@@ -74,11 +75,31 @@ def _shared() -> tuple[View, View]:
     return rw.shared, rw.exclusive
 
 
+#: Named locks get a fresh name each time, so tests never meet on one.
+_MANAGER = LockManager()
+_names = (f"kinds-{i}" for i in itertools.count())
+
+
+def _named_exclusive() -> tuple[View, View]:
+    lock = _MANAGER.lock(next(_names))
+    return lock, lock
+
+
+def _named_rw(mode: str) -> tuple[View, View]:
+    rw = _MANAGER.sharable_lock(next(_names))
+    # The blocker is another manager's lock of the same name: one namespace per scope.
+    blocker = LockManager().lock(rw.name)
+    return getattr(rw, mode), blocker
+
+
 KINDS: list[Kind] = [
     Kind("Lock", lambda: _lock(False), exclusive=True, fifo=False),
     Kind("Lock(fair=True)", lambda: _lock(True), exclusive=True, fifo=True),
     Kind("rw.exclusive", _exclusive, exclusive=True, fifo=True),
     Kind("rw.shared", _shared, exclusive=False, fifo=True),
+    Kind("named", _named_exclusive, exclusive=True, fifo=True),
+    Kind("named.exclusive", lambda: _named_rw("exclusive"), exclusive=True, fifo=True),
+    Kind("named.shared", lambda: _named_rw("shared"), exclusive=False, fifo=True),
 ]
 EXCLUSIVE_KINDS = [k for k in KINDS if k.exclusive]
 FIFO_EXCLUSIVE_KINDS = [k for k in EXCLUSIVE_KINDS if k.fifo]

@@ -33,7 +33,12 @@ EXCLUSIVE_IDS = [kind.name for kind in EXCLUSIVE_KINDS]
 def test_every_fast_entry_point_is_installed() -> None:
     # A PyO3 upgrade that changes how methods are defined makes the module fall back to
     # PyO3's entry points silently (still correct, slower): this notices.
-    assert sorted(_ctxlock._fast_calls) == ["Lock.acquire", "LockView.acquire", "Unlock.__call__"]
+    assert sorted(_ctxlock._fast_calls) == [
+        "Lock.acquire",
+        "LockView.acquire",
+        "NamedLock.acquire",
+        "Unlock.__call__",
+    ]
     have_vectorcall = 1 << 11  # Py_TPFLAGS_HAVE_VECTORCALL
     assert Unlock.__flags__ & have_vectorcall
 

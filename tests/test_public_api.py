@@ -27,7 +27,7 @@ STUB_CLASSES = {
     for node in STUB_TREE.body
     if isinstance(node, ast.ClassDef) and not node.name.startswith("_")
 }
-EXCEPTIONS = ["Cancelled", "LockError", "LockTimeout", "WouldBlock"]
+EXCEPTIONS = ["BackendError", "Cancelled", "LockError", "LockTimeout", "WouldBlock"]
 
 
 def _public_members(cls: ast.ClassDef) -> list[ast.FunctionDef]:
@@ -42,8 +42,12 @@ def test_stub_declares_the_expected_classes():
     assert set(STUB_CLASSES) == {
         "CancelToken",
         "Lock",
+        "LockInfo",
+        "LockManager",
         "LockStatistics",
         "LockView",
+        "NamedLock",
+        "NamedSharableLock",
         "SharableLock",
         "Unlock",
     }
@@ -226,6 +230,12 @@ def test_runtime_signature_is_the_stubs(qualname):
 
 
 def _instances() -> dict[str, Callable[[], object]]:
+    def info() -> object:
+        manager = ctxlock.LockManager()
+        with manager.lock("public-api-info"):
+            (found,) = manager.query("public-api-info")
+        return found
+
     def released_unlock() -> object:
         unlock = ctxlock.Lock().acquire()
         unlock()
@@ -238,6 +248,10 @@ def _instances() -> dict[str, Callable[[], object]]:
         "LockStatistics": lambda: ctxlock.Lock().statistics(),
         "CancelToken": ctxlock.CancelToken,
         "Unlock": released_unlock,
+        "LockManager": ctxlock.LockManager,
+        "NamedLock": lambda: ctxlock.LockManager().lock("public-api"),
+        "NamedSharableLock": lambda: ctxlock.LockManager().sharable_lock("public-api"),
+        "LockInfo": info,
     }
 
 

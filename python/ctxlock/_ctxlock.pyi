@@ -89,6 +89,23 @@ class Unlock:
     @property
     def released(self) -> bool:
         """True once this ``Unlock`` has released its lock."""
+    @property
+    def fence(self) -> int | None:
+        """The fence number of this hold (named locks), or ``None`` (``Lock``, ``SharableLock``).
+
+        Per name, fences never decrease in grant order, and every exclusive hold's fence is
+        greater than that of every earlier hold of that name, whichever client took it: give
+        it to the storage the lock protects and let the storage refuse older fences.
+        """
+    @property
+    def lost(self) -> CancelToken | None:
+        """A ``CancelToken`` cancelled if this hold ends without this ``Unlock`` (named locks;
+        ``None`` for ``Lock`` and ``SharableLock``, which never lose a hold).
+
+        Its reason is a ``BackendError`` saying why (the manager was closed). Releasing by
+        this ``Unlock`` never cancels it. Pass it as ``cancel=`` to work that must not
+        outlive the hold. Every look returns the same token.
+        """
     def unlock_on_cancel(self, token: CancelToken) -> None:
         """Release when ``token`` is cancelled (at once if it already is)."""
     def __enter__(self) -> Unlock: ...
@@ -161,6 +178,7 @@ class Lock:
             Cancelled: the token was cancelled; ``.reason`` is its reason.
             WouldBlock: ``blocking=False`` and the lock is taken.
             KeyboardInterrupt: (or whatever a signal handler raises) while waiting.
+            BackendError: a named lock's manager is closed (or its scope failed).
             ValueError: ``deadline`` is negative or NaN, or given with ``blocking=False``.
             TypeError: ``deadline`` is not a number or ``cancel`` is not a ``CancelToken``.
             RuntimeError: the wait could never end: no deadline and no token, on an event
@@ -239,6 +257,7 @@ class LockView:
             Cancelled: the token was cancelled; ``.reason`` is its reason.
             WouldBlock: ``blocking=False`` and the lock is taken.
             KeyboardInterrupt: (or whatever a signal handler raises) while waiting.
+            BackendError: a named lock's manager is closed (or its scope failed).
             ValueError: ``deadline`` is negative or NaN, or given with ``blocking=False``.
             TypeError: ``deadline`` is not a number or ``cancel`` is not a ``CancelToken``.
             RuntimeError: the wait could never end: no deadline and no token, on an event
@@ -309,3 +328,192 @@ class SharableLock:
     @property
     def exclusive(self) -> LockView:
         """The exclusive view: one holder, nobody else (Go's ``ExclusiveLock``)."""
+
+@final
+class LockManager:
+    """Named locks shared by every client of one scope: this process (``"memory:"``, the
+    default), the processes of this machine (``"file:///dir"``) or many machines
+    (``"postgresql://…"``).
+
+    ``lock(name)`` and ``sharable_lock(name)`` return named locks with the members, rules
+    and errors of ``Lock`` and ``SharableLock``; a name is held in one namespace per scope,
+    so ``lock(n)`` excludes both modes of ``sharable_lock(n)``. Two managers of the same
+    url are two clients of the same locks. A named lock costs no memory while nobody holds
+    or waits for it. ``close()`` (or leaving ``with LockManager(...)``) ends this manager's
+    holds, cancelling their ``Unlock.lost`` tokens, and fails its waiters and later acquires
+    with ``BackendError``.
+
+    Raises:
+        TypeError: ``url`` is not a str.
+        ValueError: ``url`` has another scheme, or a ``file:`` url has no absolute path.
+        BackendError: the scope cannot be reached (or is not available in this build).
+    """
+
+    def __new__(cls, url: str | None = None) -> LockManager: ...
+    @property
+    def url(self) -> str:
+        """The scope's url, without any password."""
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` was called."""
+    def lock(self, name: str) -> NamedLock:
+        """The exclusive lock of ``name`` (the exclusive mode of ``sharable_lock(name)``).
+
+        Raises:
+            TypeError: ``name`` is not a str.
+            ValueError: ``name`` is empty or longer than 1024 UTF-8 bytes.
+        """
+    def sharable_lock(self, name: str) -> NamedSharableLock:
+        """The shared/exclusive lock of ``name``: ``.shared`` and ``.exclusive``, phase-fair.
+
+        Raises:
+            TypeError: ``name`` is not a str.
+            ValueError: ``name`` is empty or longer than 1024 UTF-8 bytes.
+        """
+    def query(self, prefix: str = "") -> list[LockInfo]:
+        """Every hold and every waiter whose name starts with ``prefix``, of every client of
+        the scope, as ``LockInfo`` objects (ordered by name, then by ``since``).
+        """
+    def close(self) -> None:
+        """End this manager: its holds end (each ``Unlock.lost`` is cancelled with a
+        ``BackendError``), its waiters and later acquires raise ``BackendError``. Other
+        managers of the scope are not affected. Calling it again does nothing.
+        """
+    def __enter__(self) -> LockManager: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+@final
+class LockInfo:
+    """One hold or waiter of a named lock, as ``LockManager.query()`` reports it."""
+
+    @property
+    def name(self) -> str:
+        """The lock's name."""
+    @property
+    def mode(self) -> str:
+        """``"exclusive"`` or ``"shared"``."""
+    @property
+    def state(self) -> str:
+        """``"held"`` or ``"waiting"``."""
+    @property
+    def owner(self) -> str:
+        """Who: ``"host:pid"``, then the thread's name (and the task's, where known)."""
+    @property
+    def since(self) -> float:
+        """When the hold was granted or the wait began (a ``time.time()`` timestamp)."""
+
+@final
+class NamedLock:
+    """A named lock in one mode, from ``LockManager.lock(name)`` or a mode of
+    ``LockManager.sharable_lock(name)``.
+
+    It has the members of ``Lock``, with the same rules and errors, plus ``BackendError``
+    once its manager is closed (or, at the other scopes, when the scope fails). Its
+    ``Unlock`` has a ``fence`` and a ``lost`` token. ``locked()`` and ``statistics()``
+    count the holds and waiters of every client of the scope.
+    """
+
+    def acquire(
+        self,
+        cancel: CancelToken | None = None,
+        *,
+        deadline: float | None = None,
+        blocking: bool = True,
+    ) -> Unlock:
+        """Acquire, waiting with the GIL released, and return the ``Unlock`` that releases.
+
+        ``deadline`` is in seconds from now: ``None`` waits without limit, ``0`` tries
+        once. ``blocking=False`` tries once and raises ``WouldBlock``. A ``cancel`` token
+        that is already cancelled raises at once, even if the lock is free.
+
+        Cancellation: a waiter that times out, is cancelled or is interrupted by a signal
+        leaves the queue and does not hold the lock. If the lock was handed to it at that
+        very moment, a timeout keeps it (the acquire succeeds) and a cancellation or
+        signal passes it to the next waiter. Either way the lock is never leaked.
+
+        Raises:
+            LockTimeout: the deadline (``deadline=`` or the token's) passed.
+            Cancelled: the token was cancelled; ``.reason`` is its reason.
+            WouldBlock: ``blocking=False`` and the lock is taken.
+            KeyboardInterrupt: (or whatever a signal handler raises) while waiting.
+            BackendError: a named lock's manager is closed (or its scope failed).
+            ValueError: ``deadline`` is negative or NaN, or given with ``blocking=False``.
+            TypeError: ``deadline`` is not a number or ``cancel`` is not a ``CancelToken``.
+            RuntimeError: the wait could never end: no deadline and no token, on an event
+                loop's thread while a task of that loop holds the lock by ``async with``
+                (only its ``__aexit__``, on this blocked loop, could release it), and the
+                acquire would have to wait. A hold owned by an ``Unlock`` never raises
+                this (the ``Unlock`` may be called from another thread); nor does a wait
+                with a deadline or a token (it ends with ``LockTimeout``/``Cancelled``).
+        """
+    def try_acquire(self) -> Unlock | None:
+        """Acquire without waiting; ``None`` if the lock is taken."""
+    def locked(self) -> bool:
+        """True while the lock is held (in this view's mode, for a ``SharableLock`` view)."""
+    def statistics(self) -> LockStatistics:
+        """A snapshot: ``locked``, ``holders`` (in this view's mode) and ``waiting`` (on the lock).
+
+        See ``LockStatistics``. Both views of a ``SharableLock`` report the same
+        ``waiting``: the lock has one queue. Nothing is waited for or changed.
+        """
+    def acquire_async(
+        self, cancel: CancelToken | None = None, *, deadline: float | None = None
+    ) -> Coroutine[Any, Any, Unlock]:
+        """``await`` to acquire from an asyncio task; the same queue as threads use.
+
+        Returns a coroutine (``asyncio.create_task``, ``TaskGroup.create_task`` and anyio
+        accept it) that acquires only when awaited; closing it unawaited is harmless.
+        Raises ``RuntimeError`` when awaited with no running asyncio event loop (trio).
+
+        Completes without touching the event loop when the lock is free. Waiting tasks are
+        served in FIFO order. ``task.cancel()``, ``asyncio.timeout()``, the token and the
+        deadline each end the wait (CancelledError, TimeoutError, ``Cancelled``,
+        ``LockTimeout``), and in every race the lock is never leaked or held twice.
+        """
+    def __enter__(self) -> None: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+    def __aenter__(self) -> Awaitable[None]: ...
+    def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Awaitable[None]: ...
+    @property
+    def name(self) -> str:
+        """The lock's name."""
+    @property
+    def mode(self) -> str:
+        """``"exclusive"`` or ``"shared"``."""
+    @property
+    def manager(self) -> LockManager:
+        """The ``LockManager`` it came from."""
+
+@final
+class NamedSharableLock:
+    """The shared/exclusive lock of one name: ``.shared`` and ``.exclusive``, phase-fair as
+    ``SharableLock`` across every client of the scope.
+    """
+
+    @property
+    def name(self) -> str:
+        """The lock's name."""
+    @property
+    def shared(self) -> NamedLock:
+        """The shared mode: its holders share the lock."""
+    @property
+    def exclusive(self) -> NamedLock:
+        """The exclusive mode: one holder, nobody else (the same lock as ``manager.lock(name)``)."""
+    @property
+    def manager(self) -> LockManager:
+        """The ``LockManager`` it came from."""

@@ -7,7 +7,7 @@ extension imports these classes once and raises them.
 
 from __future__ import annotations
 
-__all__ = ["Cancelled", "LockError", "LockTimeout", "WouldBlock"]
+__all__ = ["BackendError", "Cancelled", "LockError", "LockTimeout", "WouldBlock"]
 
 
 class LockError(Exception):
@@ -39,3 +39,15 @@ class Cancelled(LockError):
 
 class WouldBlock(LockError):
     """``acquire(blocking=False)`` found the lock taken."""
+
+
+class BackendError(LockError):
+    """The scope behind a ``LockManager`` failed, cannot be reached, or was closed.
+
+    ``reason`` says what happened, in words an operator can act on. A hold that ends
+    this way cancels its ``Unlock.lost`` token with a ``BackendError`` as the reason.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

@@ -27,6 +27,22 @@ pub fn check_token<E>(cancel: Option<&CancelToken>) -> Result<(), AcquireError<E
     }
 }
 
+/// Rule 1 for the lock itself: a kind whose backend failed (or was closed) fails.
+#[inline]
+pub fn check_backend<L: RawLock + ?Sized, E>(lock: &L) -> Result<(), AcquireError<E>> {
+    match lock.failure() {
+        None => Ok(()),
+        Some(why) => Err(AcquireError::Backend(why)),
+    }
+}
+
+/// Take the lock without waiting, after rule 1 (`try_acquire()`): `Ok(false)` if taken.
+#[inline]
+pub fn try_once<L: RawLock + ?Sized, E>(lock: &L) -> Result<bool, AcquireError<E>> {
+    check_backend(lock)?;
+    Ok(lock.try_lock())
+}
+
 /// Rules 1 to 3, with nothing but the kind's fast path: `Ok(true)` if the caller now
 /// holds the lock, `Ok(false)` if it must wait.
 #[inline]
@@ -37,6 +53,7 @@ pub fn try_first<L: RawLock + ?Sized, E>(
     blocking: bool,
 ) -> Result<bool, AcquireError<E>> {
     check_token(cancel)?;
+    check_backend(lock)?;
     if lock.try_lock() {
         return Ok(true);
     }
@@ -59,6 +76,7 @@ fn cannot_wait<E>(timeout: Timeout, blocking: bool) -> Result<(), AcquireError<E
 /// absolute, so there is no deadline of zero and no `blocking=False` here).
 pub fn lock<L: RawLock + ?Sized, E>(lock: &L, wait: Wait<'_, E>) -> Result<(), AcquireError<E>> {
     check_token(wait.cancel)?;
+    check_backend(lock)?;
     if lock.try_lock() {
         return Ok(());
     }

@@ -24,6 +24,9 @@ pub enum AcquireError<E = Infallible> {
     /// The token was cancelled with a reason that says its deadline passed (the
     /// embedding tells which reasons do; the core never builds this one).
     TokenDeadline(Reason),
+    /// The lock's backend failed or was closed (see `RawLock::failure`); what happened,
+    /// in words an operator can act on.
+    Backend(String),
 }
 
 impl<E> fmt::Debug for AcquireError<E> {
@@ -36,12 +39,16 @@ impl<E> fmt::Debug for AcquireError<E> {
             AcquireError::Interrupted(_) => "Interrupted",
             AcquireError::Abandoned => "Abandoned",
             AcquireError::TokenDeadline(_) => "TokenDeadline",
+            AcquireError::Backend(_) => "Backend",
         })
     }
 }
 
 impl<E> fmt::Display for AcquireError<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let AcquireError::Backend(why) = self {
+            return f.write_str(why);
+        }
         f.write_str(match self {
             AcquireError::Timeout => "the deadline passed before the lock was acquired",
             AcquireError::Cancelled(_) => "the acquire was cancelled",
@@ -52,6 +59,7 @@ impl<E> fmt::Display for AcquireError<E> {
             AcquireError::TokenDeadline(_) => {
                 "the cancel token's deadline passed before the lock was acquired"
             }
+            AcquireError::Backend(_) => unreachable!(),
         })
     }
 }

@@ -68,6 +68,11 @@ impl LockView {
         LockView { slot, mode }
     }
 
+    /// A view of `slot` in `mode` (the named kind's entries are slots).
+    pub(crate) fn over(slot: Arc<Slot>, mode: Mode) -> Self {
+        LockView { slot, mode }
+    }
+
     pub fn mode(&self) -> Mode {
         self.mode
     }

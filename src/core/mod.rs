@@ -10,7 +10,8 @@
 //!   task's wait), `acquire` (the argument rules), `unlock` (the once-only release);
 //! - the in-process slot: `waiter`, `queue`, `state`, `slot`;
 //! - the kinds of lock and the nouns on top: `lock` (`LockView` is the in-process kind),
-//!   `stats` (what `statistics()` reports).
+//!   `stats` (what `statistics()` reports), `named` (the named locks of the in-process
+//!   scope: a table of slots by name, with fences and the records `query()` reads).
 
 pub mod acquire;
 pub mod cancel;
@@ -19,6 +20,8 @@ pub mod error;
 pub mod fork;
 pub(crate) mod give_up;
 pub mod lock;
+#[cfg(not(loom))]
+pub mod named;
 pub mod park;
 pub(crate) mod queue;
 pub mod raw;

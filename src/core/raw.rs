@@ -85,6 +85,17 @@ pub trait RawLock: Send + Sync {
     /// `compete` says when a thread woken to compete will compete (kinds that only ever
     /// hand over ignore it).
     fn enqueue(&self, notify: Notify, compete: Compete) -> Enqueued<Self::Waiter>;
+
+    /// Why the lock cannot be acquired now, if it cannot (its backend failed or was
+    /// closed): the driver fails an acquire with [`AcquireError::Backend`] before it
+    /// tries, and a queued waiter gives up when a wake-up finds one. The in-process
+    /// kind never fails.
+    ///
+    /// [`AcquireError::Backend`]: super::error::AcquireError::Backend
+    #[inline]
+    fn failure(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A queued acquire of one [`RawLock`].

@@ -210,6 +210,39 @@ impl Slot {
         self.release_slow(mode)
     }
 
+    /// [`Slot::release`] when it needs no hand-off: one CAS, nobody woken. False (and
+    /// nothing changed) when waiters are queued or this is not a hold of `mode`; then
+    /// `release` does it (the caller must not hold a mutex that a wake-up may need).
+    #[inline]
+    pub(crate) fn release_uncontended(&self, mode: Mode) -> bool {
+        match mode {
+            // ORDERING: Release, as in `release`.
+            Mode::Exclusive => self
+                .state
+                .compare_exchange(WRITER, 0, Ordering::Release, Ordering::Relaxed)
+                .is_ok(),
+            Mode::Shared => {
+                // ORDERING: Relaxed guess; the CAS decides.
+                let mut s = self.state.load(Ordering::Relaxed);
+                loop {
+                    if readers(s) == 0 || s & QUEUED != 0 {
+                        return false;
+                    }
+                    // ORDERING: Release, as in `release`.
+                    match self.state.compare_exchange_weak(
+                        s,
+                        s - ONE_READER,
+                        Ordering::Release,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => return true,
+                        Err(actual) => s = actual,
+                    }
+                }
+            }
+        }
+    }
+
     /// Count a hold of `mode` the caller has just taken as scoped (see `scoped`).
     #[inline]
     pub(crate) fn scope_hold(&self, mode: Mode) {

@@ -171,7 +171,13 @@ impl<L: RawLock> TaskWait<L> {
                     || give_up(&self.lock, w, AcquireError::<E>::Timeout).is_ok()
             }
         };
-        match (cancelled(held), held) {
+        // A failed backend ends the wait as a cancel would: a grant that raced it is
+        // passed on.
+        let why = match self.lock.failure() {
+            Some(failure) => Some(AcquireError::Backend(failure)),
+            None => cancelled(held),
+        };
+        match (why, held) {
             (Some(why), true) => keep_or_pass_on(&self.lock, why),
             (Some(why), false) => Err(why),
             (None, true) => Ok(()),

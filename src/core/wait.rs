@@ -120,6 +120,9 @@ impl<'a, L: RawLock + ?Sized, E> ThreadWait<'a, L, E> {
                 Status::Retry => return Ok(Woken::Retry),
                 Status::Waiting => {}
             }
+            if let Some(why) = lock.failure() {
+                return give_up(lock, w, AcquireError::Backend(why)).map(|()| Woken::Acquired);
+            }
             if let Some(t) = self.wait.cancel {
                 if t.is_cancelled() {
                     return give_up(lock, w, cancelled(t)).map(|()| Woken::Acquired);

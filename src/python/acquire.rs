@@ -12,13 +12,14 @@ use pyo3::prelude::*;
 use crate::core::acquire;
 use crate::core::cancel::CancelToken;
 use crate::core::deadline::Timeout;
+use crate::core::error::AcquireError;
 use crate::core::raw::RawLock;
 
 use super::args;
 use super::blocking;
 use super::cancel;
 use super::errors::to_pyerr;
-use super::kind::Kind;
+use super::kind::{Held, Kind};
 use super::task_owner::TaskOwner;
 
 /// `acquire(cancel, *, deadline, blocking)` up to the hold; the caller wraps it. The
@@ -58,6 +59,7 @@ fn lock_contended<K: Kind>(
     token: Option<&CancelToken>,
     timeout: Timeout,
 ) -> PyResult<()> {
+    acquire::check_backend(kind).map_err(|e| to_pyerr::<PyErr>(py, e))?;
     if token.is_none() && timeout.is_never() {
         TaskOwner::check(kind)?;
     }
@@ -78,8 +80,25 @@ fn lock_plain<K: Kind>(py: Python<'_>, kind: &K) -> PyResult<()> {
 #[inline]
 pub(crate) fn enter<K: Kind>(py: Python<'_>, kind: &K) -> PyResult<()> {
     lock_plain(py, kind)?;
-    kind.scope_hold();
-    Ok(())
+    taken_up(py, kind.take_up(true)).map(drop)
+}
+
+/// `try_acquire()`: the driver's rule 1 for the lock and one try; the hold taken up as
+/// an `Unlock`'s.
+pub(crate) fn try_once<K: Kind>(py: Python<'_>, kind: &K) -> PyResult<Option<Held>> {
+    match acquire::try_once::<K, PyErr>(kind) {
+        Ok(true) => taken_up(py, kind.take_up(false)).map(Some),
+        Ok(false) => Ok(None),
+        Err(e) => Err(to_pyerr(py, e)),
+    }
+}
+
+/// A hold just acquired, taken up as scoped (`with`) or as an `Unlock`'s (see
+/// `Kind::take_up`); a kind whose backend failed meanwhile raises its error.
+/// `taken` is what `take_up` returned.
+#[inline]
+pub(crate) fn taken_up(py: Python<'_>, taken: Result<Held, String>) -> PyResult<Held> {
+    taken.map_err(|why| to_pyerr::<PyErr>(py, AcquireError::Backend(why)))
 }
 
 /// `__exit__`/`__aexit__`: release a hold taken by `with`/`async with`, never one that
@@ -87,6 +106,11 @@ pub(crate) fn enter<K: Kind>(py: Python<'_>, kind: &K) -> PyResult<()> {
 #[inline]
 pub(crate) fn exit<K: Kind>(kind: &K) -> PyResult<()> {
     if kind.unlock_scoped() {
+        return Ok(());
+    }
+    if kind.failure().is_some() {
+        // The hold ended with its backend (a closed manager): nothing is left to
+        // release, and the `with` block's own exception must come out unchanged.
         return Ok(());
     }
     Err(PyRuntimeError::new_err(

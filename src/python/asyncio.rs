@@ -71,7 +71,7 @@ pub(crate) fn enter<'py, K: Kind>(
         running_loop(py)?;
     }
     if RawLock::try_lock(kind) {
-        kind.scope_hold();
+        super::acquire::taken_up(py, kind.take_up(true))?;
         TaskOwner::set(kind);
         return Ready::done(py);
     }
@@ -306,10 +306,11 @@ impl Acquire {
     /// The value of an acquire that holds the lock.
     fn held(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
         if self.want_unlock {
-            let unlock = PyUnlock::new(self.owner.clone_ref(py));
+            let held = super::acquire::taken_up(py, self.owner.kind().take_up(false))?;
+            let unlock = PyUnlock::new(self.owner.clone_ref(py), held);
             Ok(Some(Py::new(py, unlock)?.into_any()))
         } else {
-            self.owner.kind().scope_hold();
+            super::acquire::taken_up(py, self.owner.kind().take_up(true))?;
             TaskOwner::set(self.owner.kind());
             Ok(None)
         }

@@ -67,6 +67,13 @@ pub(crate) fn call_soon_unraisable(f: Py<PyAny>) -> impl FnOnce(&Reason) + Send 
     }
 }
 
+impl PyCancelToken {
+    /// The Python object of a core token.
+    pub(crate) fn from_core(token: CancelToken) -> Self {
+        PyCancelToken { token }
+    }
+}
+
 #[pymethods]
 impl PyCancelToken {
     #[new]

@@ -13,6 +13,7 @@ use crate::core::error::AcquireError;
 pyo3::import_exception!(ctxlock._errors, LockTimeout);
 pyo3::import_exception!(ctxlock._errors, Cancelled);
 pyo3::import_exception!(ctxlock._errors, WouldBlock);
+pyo3::import_exception!(ctxlock._errors, BackendError);
 
 /// A Python object carried as a token's cancellation reason.
 pub(crate) struct PyReason(pub(crate) Py<PyAny>);
@@ -56,8 +57,15 @@ pub(crate) fn to_pyerr<E: Into<PyErr>>(py: Python<'_>, e: AcquireError<E>) -> Py
         AcquireError::Cancelled(r) => Cancelled::new_err((reason_object(py, &r),)),
         AcquireError::WouldBlock => WouldBlock::new_err(message),
         AcquireError::Abandoned => PyRuntimeError::new_err(message),
+        AcquireError::Backend(why) => BackendError::new_err((why,)),
         AcquireError::Interrupted(e) => e.into(),
     }
+}
+
+/// A new `BackendError` instance saying `why`: the reason a `lost` token cancels with.
+pub(crate) fn backend_reason(py: Python<'_>, why: &str) -> PyResult<Reason> {
+    let exc = py.get_type::<BackendError>().call1((why,))?;
+    Ok(reason(exc.unbind()))
 }
 
 /// A new `LockTimeout` instance: the reason a token with a deadline cancels with.

@@ -19,13 +19,29 @@ use crate::core::stats::Statistics;
 use crate::core::unlock::Hold;
 use crate::core::waiter::Mode;
 
+/// A hold as its owner keeps it: 0 for the in-process kind; for a named lock, the
+/// fence, which also tells the hold apart.
+pub(crate) type Held = u64;
+
+/// What became of a hold a `lost` token is asked for.
+pub(crate) use crate::core::named::Lost;
+
 /// One kind of lock as the binding uses it.
 pub(crate) trait Kind: RawLock + Clone + 'static {
     fn mode(&self) -> Mode;
     /// Whether it is held (in this mode).
     fn is_locked(&self) -> bool;
-    /// Count a hold just taken as scoped (`with`); see `LockView::scope_hold`.
-    fn scope_hold(&self);
+    /// Take up a hold just acquired (by a try, a wait or a task's wait): as a scoped
+    /// hold (`with`; released by `unlock_scoped`) or as the hold of an `Unlock` (which
+    /// keeps what this returns). Fails, holding nothing, if the kind's backend failed
+    /// meanwhile.
+    fn take_up(&self, scoped: bool) -> Result<Held, String>;
+    /// Release the hold of an `Unlock`; false if there is none any more.
+    fn release_held(&self, held: Held) -> bool;
+    /// The fence of a hold, for kinds that issue them.
+    fn fence(&self, held: Held) -> Option<u64>;
+    /// The hold's lost token, for kinds that can lose a hold.
+    fn lost(&self, held: Held) -> Option<Lost>;
     /// Release one scoped hold; false if there is none.
     fn unlock_scoped(&self) -> bool;
     fn tag_hold(&self, tag: u64);
@@ -45,8 +61,24 @@ impl Kind for LockView {
     }
 
     #[inline]
-    fn scope_hold(&self) {
-        LockView::scope_hold(self)
+    fn take_up(&self, scoped: bool) -> Result<Held, String> {
+        if scoped {
+            LockView::scope_hold(self);
+        }
+        Ok(0)
+    }
+
+    #[inline]
+    fn release_held(&self, _: Held) -> bool {
+        LockView::unlock(self)
+    }
+
+    fn fence(&self, _: Held) -> Option<u64> {
+        None
+    }
+
+    fn lost(&self, _: Held) -> Option<Lost> {
+        None
     }
 
     #[inline]
@@ -76,8 +108,12 @@ pub(crate) trait DynKind: Send + Sync {
     fn try_lock(&self) -> bool;
     fn unlock(&self) -> bool;
     fn enqueue(&self, notify: Notify, compete: Compete) -> Enqueued<Box<dyn RawWaiter>>;
+    fn failure(&self) -> Option<String>;
     fn mode(&self) -> Mode;
-    fn scope_hold(&self);
+    fn take_up(&self, scoped: bool) -> Result<Held, String>;
+    fn release_held(&self, held: Held) -> bool;
+    fn fence(&self, held: Held) -> Option<u64>;
+    fn lost(&self, held: Held) -> Option<Lost>;
     fn tag_hold(&self, tag: u64);
     fn untag_hold(&self, tag: u64);
     fn has_tagged_hold(&self, tag: u64) -> bool;
@@ -101,12 +137,29 @@ impl<K: Kind> DynKind for K {
         }
     }
 
+    fn failure(&self) -> Option<String> {
+        RawLock::failure(self)
+    }
+
     fn mode(&self) -> Mode {
         Kind::mode(self)
     }
 
-    fn scope_hold(&self) {
-        Kind::scope_hold(self)
+    fn take_up(&self, scoped: bool) -> Result<Held, String> {
+        Kind::take_up(self, scoped)
+    }
+
+    #[inline]
+    fn release_held(&self, held: Held) -> bool {
+        Kind::release_held(self, held)
+    }
+
+    fn fence(&self, held: Held) -> Option<u64> {
+        Kind::fence(self, held)
+    }
+
+    fn lost(&self, held: Held) -> Option<Lost> {
+        Kind::lost(self, held)
     }
 
     fn tag_hold(&self, tag: u64) {
@@ -191,13 +244,26 @@ impl RawLock for Owner {
     fn enqueue(&self, notify: Notify, compete: Compete) -> Enqueued<Box<dyn RawWaiter>> {
         self.kind().enqueue(notify, compete)
     }
+
+    fn failure(&self) -> Option<String> {
+        self.kind().failure()
+    }
 }
 
-/// What a `ctxlock.Unlock` releases.
-impl Hold for Owner {
+/// What a `ctxlock.Unlock` releases: one hold of its owner's lock.
+pub(crate) struct OwnedHold {
+    pub(crate) owner: Owner,
+    pub(crate) held: Held,
+}
+
+impl Hold for OwnedHold {
     #[inline]
     fn release(&self) -> bool {
-        self.kind().unlock()
+        self.owner.kind().release_held(self.held)
+    }
+
+    fn fence(&self) -> Option<u64> {
+        self.owner.kind().fence(self.held)
     }
 
     fn unregister(&self, registrations: Vec<Registration>) {

@@ -21,8 +21,9 @@ macro_rules! lock_methods {
 
             #[inline]
             fn acquired<'py>(lock: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+                let held = $crate::python::acquire::taken_up(lock.py(), $crate::python::kind::Kind::take_up(lock.get().kind(), false))?;
                 let owner = Self::owner(lock.clone().unbind());
-                Ok(Bound::new(lock.py(), PyUnlock::new(owner))?.into_any())
+                Ok(Bound::new(lock.py(), PyUnlock::new(owner, held))?.into_any())
             }
 
             fn generated() -> &'static std::sync::OnceLock<pyo3::ffi::PyCFunctionFastWithKeywords> {
@@ -52,6 +53,7 @@ macro_rules! lock_methods {
             ///     Cancelled: the token was cancelled; ``.reason`` is its reason.
             ///     WouldBlock: ``blocking=False`` and the lock is taken.
             ///     KeyboardInterrupt: (or whatever a signal handler raises) while waiting.
+            ///     BackendError: a named lock's manager is closed (or its scope failed).
             ///     ValueError: ``deadline`` is negative or NaN, or given with ``blocking=False``.
             ///     TypeError: ``deadline`` is not a number or ``cancel`` is not a ``CancelToken``.
             ///     RuntimeError: the wait could never end: no deadline and no token, on an event
@@ -69,14 +71,16 @@ macro_rules! lock_methods {
             ) -> PyResult<PyUnlock> {
                 use $crate::python::vectorcall::FastAcquire;
                 $crate::python::acquire::lock(slf.py(), slf.get().kind(), cancel, deadline, blocking)?;
-                Ok(PyUnlock::new(Self::owner(slf.clone().unbind())))
+                let held = $crate::python::acquire::taken_up(slf.py(), $crate::python::kind::Kind::take_up(slf.get().kind(), false))?;
+                Ok(PyUnlock::new(Self::owner(slf.clone().unbind()), held))
             }
 
             /// Acquire without waiting; ``None`` if the lock is taken.
-            fn try_acquire(slf: &Bound<'_, Self>) -> Option<PyUnlock> {
+            fn try_acquire(slf: &Bound<'_, Self>) -> PyResult<Option<PyUnlock>> {
                 use $crate::python::vectorcall::FastAcquire;
-                $crate::core::raw::RawLock::try_lock(slf.get().kind())
-                    .then(|| PyUnlock::new(Self::owner(slf.clone().unbind())))
+                $crate::python::acquire::try_once(slf.py(), slf.get().kind())?
+                    .map(|held| Ok(PyUnlock::new(Self::owner(slf.clone().unbind()), held)))
+                    .transpose()
             }
 
             /// True while the lock is held (in this view's mode, for a ``SharableLock`` view).

@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 // Layers, leaves first (each module uses only those above it; `scripts/check-layers.py`
 // checks there is no cycle): `args`, `errors`, `dealloc`, `blocking`, `kind`, `shim`;
 // `cancel`, `task_owner`, `vectorcall`, `stats`; `unlock`, `acquire`; `asyncio`; `lock`,
-// `sharable`.
+// `sharable`, `named`.
 pub(crate) mod acquire;
 mod args;
 pub(crate) mod asyncio;
@@ -15,6 +15,7 @@ mod dealloc;
 mod errors;
 pub(crate) mod kind;
 pub(crate) mod lock;
+mod named;
 mod sharable;
 mod shim;
 pub(crate) mod stats;
@@ -30,6 +31,10 @@ fn _ctxlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sharable::PySharableLock>()?;
     m.add_class::<sharable::PyLockView>()?;
     m.add_class::<stats::PyLockStatistics>()?;
+    m.add_class::<named::PyLockManager>()?;
+    m.add_class::<named::PyNamedLock>()?;
+    m.add_class::<named::PyNamedSharableLock>()?;
+    m.add_class::<named::PyLockInfo>()?;
     m.add_class::<cancel::PyCancelToken>()?;
     m.add_class::<unlock::PyUnlock>()?;
     m.add("_fast_calls", install_fast_calls(m.py())?)?;
@@ -52,6 +57,9 @@ fn install_fast_calls(py: Python<'_>) -> PyResult<Vec<&'static str>> {
     }
     if vectorcall::install_acquire::<sharable::PyLockView>(py)? {
         installed.push("LockView.acquire");
+    }
+    if vectorcall::install_acquire::<named::PyNamedLock>(py)? {
+        installed.push("NamedLock.acquire");
     }
     let sample = || {
         let lock = py.get_type::<lock::PyLock>().call0()?;

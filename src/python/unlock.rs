@@ -9,7 +9,7 @@ use crate::core::waiter::Mode;
 
 use super::cancel::PyCancelToken;
 use super::dealloc::{exception_set_aside, finalizing};
-use super::kind::Owner;
+use super::kind::{Held, Lost, OwnedHold, Owner};
 use super::vectorcall::{call_unlock, FastCall};
 
 /// The once-only release of one acquire (Go's ``UnlockFunc``).
@@ -28,17 +28,20 @@ pub(crate) struct PyUnlock {
     #[allow(dead_code)]
     vectorcall: pyo3::ffi::vectorcallfunc,
     /// The once-only rule itself (the core's, for every kind of lock).
-    unlock: Unlock<Owner>,
+    unlock: Unlock<OwnedHold>,
+    /// The `lost` token, once asked for (so every look gets the same object).
+    lost: std::sync::OnceLock<Option<Py<PyCancelToken>>>,
 }
 
 impl PyUnlock {
     /// Own a hold of `owner`'s lock the caller has just taken; only this `Unlock`
     /// releases it.
     #[inline]
-    pub(crate) fn new(owner: Owner) -> PyUnlock {
+    pub(crate) fn new(owner: Owner, held: Held) -> PyUnlock {
         PyUnlock {
             vectorcall: call_unlock::<PyUnlock>,
-            unlock: Unlock::new(owner),
+            unlock: Unlock::new(OwnedHold { owner, held }),
+            lost: std::sync::OnceLock::new(),
         }
     }
 
@@ -85,6 +88,54 @@ impl PyUnlock {
         self.unlock.released()
     }
 
+    /// The fence number of this hold (named locks), or ``None`` (``Lock``, ``SharableLock``).
+    ///
+    /// Per name, fences never decrease in grant order, and every exclusive hold's fence is
+    /// greater than that of every earlier hold of that name, whichever client took it: give
+    /// it to the storage the lock protects and let the storage refuse older fences.
+    #[getter]
+    fn fence(&self) -> Option<u64> {
+        self.unlock.fence()
+    }
+
+    /// A ``CancelToken`` cancelled if this hold ends without this ``Unlock`` (named locks;
+    /// ``None`` for ``Lock`` and ``SharableLock``, which never lose a hold).
+    ///
+    /// Its reason is a ``BackendError`` saying why (the manager was closed). Releasing by
+    /// this ``Unlock`` never cancels it. Pass it as ``cancel=`` to work that must not
+    /// outlive the hold. Every look returns the same token.
+    #[getter]
+    fn lost(&self, py: Python<'_>) -> PyResult<Option<Py<PyCancelToken>>> {
+        if let Some(t) = self.lost.get() {
+            return Ok(t.as_ref().map(|t| t.clone_ref(py)));
+        }
+        let hold = self.unlock.hold();
+        let token = match hold.owner.kind().lost(hold.held) {
+            None => None,
+            Some(Lost::Live(token)) => Some(Py::new(py, PyCancelToken::from_core(token))?),
+            Some(Lost::Ended) => {
+                let token = crate::core::cancel::CancelToken::new(None);
+                if !self.unlock.released() {
+                    // Ended, but not by this Unlock: its manager was closed.
+                    token.cancel(super::errors::backend_reason(
+                        py,
+                        hold.owner
+                            .kind()
+                            .failure()
+                            .as_deref()
+                            .unwrap_or("the hold was lost"),
+                    )?);
+                }
+                Some(Py::new(py, PyCancelToken::from_core(token))?)
+            }
+        };
+        let _ = self.lost.set(token);
+        Ok(self
+            .lost
+            .get()
+            .and_then(|t| t.as_ref().map(|t| t.clone_ref(py))))
+    }
+
     /// Release when ``token`` is cancelled (at once if it already is).
     fn unlock_on_cancel(slf: &Bound<'_, Self>, token: &Bound<'_, PyAny>) -> PyResult<()> {
         let token = token
@@ -125,7 +176,7 @@ impl PyUnlock {
 
     // Mode, state and the repr of the lock it holds.
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        let owner = self.unlock.hold();
+        let owner = &self.unlock.hold().owner;
         let mode = match owner.kind().mode() {
             Mode::Exclusive => "exclusive",
             Mode::Shared => "shared",

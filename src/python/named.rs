@@ -1,0 +1,455 @@
+//! `ctxlock.LockManager` and its named locks: `NamedLock` (a name in one mode, with every
+//! member of `Lock`), `NamedSharableLock` (its two modes) and `LockInfo` (`query()`).
+//!
+//! The rules are the core's (`core/named.rs` for the scope, the driver for acquiring);
+//! this file parses the url and the names and says who a holder is.
+
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyString;
+
+use crate::core::named::{check_name, Client, Info, NamedView, Scope, Who};
+use crate::core::stats::Statistics;
+use crate::core::waiter::Mode;
+
+use super::errors::{backend_reason, BackendError};
+use super::kind::{Held, Kind, Lost};
+use super::lock::lock_methods;
+use super::unlock::PyUnlock;
+
+/// The schemes a `LockManager` url may have, as its errors list them.
+const SCHEMES: &str = "'memory:', 'file:///absolute/dir' or 'postgresql://user@host:port/db'";
+
+/// Named locks shared by every client of one scope: this process (``"memory:"``, the
+/// default), the processes of this machine (``"file:///dir"``) or many machines
+/// (``"postgresql://…"``).
+///
+/// ``lock(name)`` and ``sharable_lock(name)`` return named locks with the members, rules
+/// and errors of ``Lock`` and ``SharableLock``; a name is held in one namespace per scope,
+/// so ``lock(n)`` excludes both modes of ``sharable_lock(n)``. Two managers of the same
+/// url are two clients of the same locks. A named lock costs no memory while nobody holds
+/// or waits for it. ``close()`` (or leaving ``with LockManager(...)``) ends this manager's
+/// holds, cancelling their ``Unlock.lost`` tokens, and fails its waiters and later acquires
+/// with ``BackendError``.
+///
+/// Raises:
+///     TypeError: ``url`` is not a str.
+///     ValueError: ``url`` has another scheme, or a ``file:`` url has no absolute path.
+///     BackendError: the scope cannot be reached (or is not available in this build).
+#[pyclass(name = "LockManager", module = "ctxlock", frozen, weakref)]
+pub(crate) struct PyLockManager {
+    client: Arc<Client>,
+    url: String,
+}
+
+/// Which scope a url names.
+fn scope_of(url: &str) -> PyResult<&'static Scope> {
+    if url == "memory:" {
+        return Ok(Scope::memory());
+    }
+    if let Some(path) = url.strip_prefix("file://") {
+        if !path.starts_with('/') {
+            return Err(PyValueError::new_err(format!(
+                "LockManager url {url:?} needs an absolute directory: 'file:///absolute/dir'"
+            )));
+        }
+        return Err(BackendError::new_err((
+            "the processes-of-this-machine scope ('file:///dir') is not available in this \
+             version of ctxlock; use 'memory:'",
+        )));
+    }
+    if url.starts_with("postgresql://") || url.starts_with("postgres://") {
+        return Err(BackendError::new_err((
+            "the PostgreSQL scope ('postgresql://…') is not available in this version of \
+             ctxlock; use 'memory:'",
+        )));
+    }
+    Err(PyValueError::new_err(format!(
+        "LockManager url {url:?} has an unsupported scheme; the supported ones are {SCHEMES}"
+    )))
+}
+
+/// A lock name from Python: a non-empty str of at most 1024 UTF-8 bytes.
+fn name_of(name: &Bound<'_, PyAny>) -> PyResult<Arc<str>> {
+    let s = name.cast::<PyString>().map_err(|_| {
+        let type_name = name
+            .get_type()
+            .name()
+            .map_or_else(|_| "?".to_owned(), |n| n.to_string());
+        PyTypeError::new_err(format!("lock name must be a str, not {type_name}"))
+    })?;
+    let s = s.to_str()?;
+    check_name(s).map_err(PyValueError::new_err)?;
+    Ok(Arc::from(s))
+}
+
+#[pymethods]
+impl PyLockManager {
+    #[new]
+    #[pyo3(signature = (url = None))]
+    fn new(url: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let url = match url {
+            None => "memory:".to_owned(),
+            Some(u) => u
+                .cast::<PyString>()
+                .map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "LockManager url must be a str or None, not {}",
+                        u.get_type()
+                            .name()
+                            .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+                    ))
+                })?
+                .to_str()?
+                .to_owned(),
+        };
+        let scope = scope_of(&url)?;
+        Ok(PyLockManager {
+            client: Client::new(scope),
+            url,
+        })
+    }
+
+    /// The scope's url, without any password.
+    #[getter]
+    fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// True once ``close()`` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.client.is_closed()
+    }
+
+    /// The exclusive lock of ``name`` (the exclusive mode of ``sharable_lock(name)``).
+    ///
+    /// Raises:
+    ///     TypeError: ``name`` is not a str.
+    ///     ValueError: ``name`` is empty or longer than 1024 UTF-8 bytes.
+    fn lock(slf: &Bound<'_, Self>, name: &Bound<'_, PyAny>) -> PyResult<PyNamedLock> {
+        let name = name_of(name)?;
+        Ok(PyNamedLock {
+            view: slf.get().client.view(name, Mode::Exclusive),
+            manager: slf.clone().unbind(),
+        })
+    }
+
+    /// The shared/exclusive lock of ``name``: ``.shared`` and ``.exclusive``, phase-fair.
+    ///
+    /// Raises:
+    ///     TypeError: ``name`` is not a str.
+    ///     ValueError: ``name`` is empty or longer than 1024 UTF-8 bytes.
+    fn sharable_lock(
+        slf: &Bound<'_, Self>,
+        name: &Bound<'_, PyAny>,
+    ) -> PyResult<PyNamedSharableLock> {
+        let py = slf.py();
+        let name = name_of(name)?;
+        let client = &slf.get().client;
+        let view = |mode| {
+            Py::new(
+                py,
+                PyNamedLock {
+                    view: client.view(name.clone(), mode),
+                    manager: slf.clone().unbind(),
+                },
+            )
+        };
+        Ok(PyNamedSharableLock {
+            shared: view(Mode::Shared)?,
+            exclusive: view(Mode::Exclusive)?,
+        })
+    }
+
+    /// Every hold and every waiter whose name starts with ``prefix``, of every client of
+    /// the scope, as ``LockInfo`` objects (ordered by name, then by ``since``).
+    #[pyo3(signature = (prefix = ""))]
+    fn query(&self, py: Python<'_>, prefix: &str) -> PyResult<Vec<PyLockInfo>> {
+        let infos = self.client.scope().query(prefix);
+        let names = thread_names(py)?;
+        let host = host_and_pid(py)?;
+        Ok(infos
+            .into_iter()
+            .map(|i| PyLockInfo::new(i, &host, &names))
+            .collect())
+    }
+
+    /// End this manager: its holds end (each ``Unlock.lost`` is cancelled with a
+    /// ``BackendError``), its waiters and later acquires raise ``BackendError``. Other
+    /// managers of the scope are not affected. Calling it again does nothing.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if self.client.is_closed() {
+            return Ok(());
+        }
+        let reason = backend_reason(py, "the LockManager was closed")?;
+        let client = self.client.clone();
+        // Releases may hand locks to blocked threads; nothing here needs the GIL.
+        py.detach(move || client.close(reason));
+        Ok(())
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<()> {
+        self.close(py)
+    }
+
+    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Err(super::errors::not_picklable(slf.as_any()))
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.client.is_closed() {
+            " closed"
+        } else {
+            ""
+        };
+        format!("<ctxlock.LockManager {:?}{state}>", self.url)
+    }
+}
+
+/// `"host:pid"` of this process.
+fn host_and_pid(py: Python<'_>) -> PyResult<String> {
+    static HOST: PyOnceLock<String> = PyOnceLock::new();
+    let host = HOST.get_or_try_init(py, || -> PyResult<String> {
+        py.import("socket")?.call_method0("gethostname")?.extract()
+    })?;
+    Ok(format!("{host}:{}", std::process::id()))
+}
+
+/// Python's thread names by `threading.get_ident()`.
+fn thread_names(py: Python<'_>) -> PyResult<Vec<(u64, String)>> {
+    let threads = py.import("threading")?.call_method0("enumerate")?;
+    let mut names = Vec::new();
+    for t in threads.try_iter()? {
+        let t = t?;
+        if let (Ok(ident), Ok(name)) = (
+            t.getattr("ident").and_then(|i| i.extract::<u64>()),
+            t.getattr("name").and_then(|n| n.extract::<String>()),
+        ) {
+            names.push((ident, name));
+        }
+    }
+    Ok(names)
+}
+
+/// One hold or waiter of a named lock, as ``LockManager.query()`` reports it.
+#[pyclass(name = "LockInfo", module = "ctxlock", frozen, get_all, weakref)]
+pub(crate) struct PyLockInfo {
+    /// The lock's name.
+    name: String,
+    /// ``"exclusive"`` or ``"shared"``.
+    mode: &'static str,
+    /// ``"held"`` or ``"waiting"``.
+    state: &'static str,
+    /// Who: ``"host:pid"``, then the thread's name (and the task's, where known).
+    owner: String,
+    /// When the hold was granted or the wait began (a ``time.time()`` timestamp).
+    since: f64,
+}
+
+impl PyLockInfo {
+    fn new(i: Info, host: &str, threads: &[(u64, String)]) -> PyLockInfo {
+        let mut owner = host.to_owned();
+        match threads.iter().find(|(id, _)| *id == i.who.thread) {
+            Some((_, name)) => owner += &format!(" thread {name:?}"),
+            None => owner += &format!(" thread {}", i.who.thread),
+        }
+        if let Some(task) = &i.who.task {
+            owner += &format!(" task {task:?}");
+        }
+        PyLockInfo {
+            name: i.name.to_string(),
+            mode: mode_name(i.mode),
+            state: if i.held { "held" } else { "waiting" },
+            owner,
+            since: i.since,
+        }
+    }
+}
+
+#[pymethods]
+impl PyLockInfo {
+    fn __repr__(&self) -> String {
+        format!(
+            "LockInfo(name={:?}, mode={:?}, state={:?}, owner={:?}, since={})",
+            self.name, self.mode, self.state, self.owner, self.since
+        )
+    }
+
+    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Err(super::errors::not_picklable(slf.as_any()))
+    }
+}
+
+fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Exclusive => "exclusive",
+        Mode::Shared => "shared",
+    }
+}
+
+/// A named lock in one mode, from ``LockManager.lock(name)`` or a mode of
+/// ``LockManager.sharable_lock(name)``.
+///
+/// It has the members of ``Lock``, with the same rules and errors, plus ``BackendError``
+/// once its manager is closed (or, at the other scopes, when the scope fails). Its
+/// ``Unlock`` has a ``fence`` and a ``lost`` token. ``locked()`` and ``statistics()``
+/// count the holds and waiters of every client of the scope.
+#[pyclass(name = "NamedLock", module = "ctxlock", frozen, weakref)]
+pub(crate) struct PyNamedLock {
+    view: NamedView,
+    manager: Py<PyLockManager>,
+}
+
+impl PyNamedLock {
+    #[inline]
+    pub(crate) fn kind(&self) -> &NamedView {
+        &self.view
+    }
+}
+
+lock_methods!(PyNamedLock(NamedView) {
+    /// The lock's name.
+    #[getter]
+    fn name(&self) -> &str {
+        self.view.name()
+    }
+
+    /// ``"exclusive"`` or ``"shared"``.
+    #[getter]
+    fn mode(&self) -> &'static str {
+        mode_name(self.view.mode())
+    }
+
+    /// The ``LockManager`` it came from.
+    #[getter]
+    fn manager(&self, py: Python<'_>) -> Py<PyLockManager> {
+        self.manager.clone_ref(py)
+    }
+
+    fn __repr__(&self) -> String {
+        let s = self.view.statistics();
+        let state = if s.locked { "locked" } else { "unlocked" };
+        format!(
+            "<ctxlock.NamedLock {:?} {} {state} waiting={}>",
+            &**self.view.name(),
+            mode_name(self.view.mode()),
+            s.waiting
+        )
+    }
+});
+
+/// The shared/exclusive lock of one name: ``.shared`` and ``.exclusive``, phase-fair as
+/// ``SharableLock`` across every client of the scope.
+#[pyclass(name = "NamedSharableLock", module = "ctxlock", frozen, weakref)]
+pub(crate) struct PyNamedSharableLock {
+    shared: Py<PyNamedLock>,
+    exclusive: Py<PyNamedLock>,
+}
+
+#[pymethods]
+impl PyNamedSharableLock {
+    /// The lock's name.
+    #[getter]
+    fn name(&self) -> &str {
+        self.exclusive.get().view.name()
+    }
+
+    /// The shared mode: its holders share the lock.
+    #[getter]
+    fn shared(&self, py: Python<'_>) -> Py<PyNamedLock> {
+        self.shared.clone_ref(py)
+    }
+
+    /// The exclusive mode: one holder, nobody else (the same lock as ``manager.lock(name)``).
+    #[getter]
+    fn exclusive(&self, py: Python<'_>) -> Py<PyNamedLock> {
+        self.exclusive.clone_ref(py)
+    }
+
+    /// The ``LockManager`` it came from.
+    #[getter]
+    fn manager(&self, py: Python<'_>) -> Py<PyLockManager> {
+        self.exclusive.get().manager.clone_ref(py)
+    }
+
+    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Err(super::errors::not_picklable(slf.as_any()))
+    }
+
+    fn __repr__(&self) -> String {
+        let v = &self.exclusive.get().view;
+        let exclusive = v.statistics();
+        let shared = self.shared.get().view.statistics();
+        let state = if exclusive.locked {
+            "locked exclusive".to_owned()
+        } else if shared.locked {
+            format!("shared by {}", shared.holders)
+        } else {
+            "unlocked".to_owned()
+        };
+        format!(
+            "<ctxlock.NamedSharableLock {:?} {state} waiting={}>",
+            &**v.name(),
+            exclusive.waiting
+        )
+    }
+}
+
+/// A named lock as the binding uses every kind: the core's `NamedView`.
+impl Kind for NamedView {
+    fn mode(&self) -> Mode {
+        NamedView::mode(self)
+    }
+
+    fn is_locked(&self) -> bool {
+        NamedView::is_locked(self)
+    }
+
+    #[inline]
+    fn take_up(&self, scoped: bool) -> Result<Held, String> {
+        self.record(scoped, Who::thread())
+            .map_err(|f| f.message().to_owned())
+    }
+
+    #[inline]
+    fn release_held(&self, held: Held) -> bool {
+        self.release(held)
+    }
+
+    fn fence(&self, held: Held) -> Option<u64> {
+        Some(held)
+    }
+
+    fn lost(&self, held: Held) -> Option<Lost> {
+        Some(NamedView::lost(self, held))
+    }
+
+    fn unlock_scoped(&self) -> bool {
+        self.release_scoped(Who::thread().thread)
+    }
+
+    fn tag_hold(&self, tag: u64) {
+        self.with_slot(|v| v.tag_hold(tag));
+    }
+
+    fn untag_hold(&self, tag: u64) {
+        self.with_slot(|v| v.untag_hold(tag));
+    }
+
+    fn has_tagged_hold(&self, tag: u64) -> bool {
+        self.with_slot(|v| v.has_tagged_hold(tag)).unwrap_or(false)
+    }
+
+    fn statistics(&self) -> Statistics {
+        NamedView::statistics(self)
+    }
+}
