@@ -1026,12 +1026,28 @@ def owner_prefix() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def named_thread(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
-    def run() -> Any:
-        threading.current_thread().name = name
-        return fn()
+class HoldingThread:
+    """A thread named ``name`` that takes ``lock`` and holds it until ``release()``."""
 
-    return run
+    def __init__(self, name: str, lock: NamedLock) -> None:
+        self._lock = lock
+        self._release = threading.Event()
+        self._held = threading.Event()
+        self.before = time.time()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+        assert self._held.wait(PATIENCE), f"{name} did not get {lock.name!r}"
+        self.after = time.time()
+
+    def _run(self) -> None:
+        with self._lock.acquire(deadline=PATIENCE):
+            self._held.set()
+            self._release.wait(PATIENCE * 4)
+
+    def release(self) -> None:
+        self._release.set()
+        self.thread.join(PATIENCE)
+        assert not self.thread.is_alive()
 
 
 @pytest.mark.asyncio
@@ -1041,87 +1057,99 @@ async def test_query_lists_the_holds_and_waiters_of_every_manager(
     first, second, third = managers(3)
     tag = uuid.uuid4().hex[:8]
     windows: dict[tuple[str, str], tuple[float, float]] = {}
+    # (name, mode, state) -> who: the thread or task name that the owner should contain.
+    expected: dict[tuple[str, str, str], str] = {}
 
-    # Holds taken by named threads through two managers.
+    # Holds taken by named threads through two managers, kept while the query runs.
+    holder_a = HoldingThread(f"holder-a-{tag}", first.lock(ns + "a"))
+    windows[("a", "held")] = (holder_a.before, holder_a.after)
+    expected[(ns + "a", "exclusive", "held")] = f"holder-a-{tag}"
+    holder_b = HoldingThread(f"holder-b-{tag}", second.sharable_lock(ns + "b").shared)
+    windows[("b", "held")] = (holder_b.before, holder_b.after)
+    expected[(ns + "b", "shared", "held")] = f"holder-b-{tag}"
+
+    # A hold taken by a task.
     t0 = time.time()
-    hold_a = await bounded(
-        asyncio.wrap_future(
-            in_thread(named_thread(f"holder-a-{tag}", first.lock(ns + "a").acquire))
-        )
+    hold_c = await bounded(
+        asyncio.ensure_future(third.sharable_lock(ns + "c").shared.acquire_async())
     )
-    windows[("a", "held")] = (t0, time.time())
-    t0 = time.time()
-    hold_b = await bounded(
-        asyncio.wrap_future(
-            in_thread(
-                named_thread(f"holder-b-{tag}", second.sharable_lock(ns + "b").shared.acquire)
-            )
-        )
-    )
-    windows[("b", "held")] = (t0, time.time())
-
-    # A hold taken by a named task.
-    async def take_c() -> Unlock:
-        return await third.sharable_lock(ns + "c").shared.acquire_async()
-
-    t0 = time.time()
-    hold_c = await bounded(asyncio.create_task(take_c(), name=f"task-c-{tag}"))
     windows[("c", "held")] = (t0, time.time())
+    expected[(ns + "c", "shared", "held")] = ""
 
-    # A thread waiting through a third manager, a task waiting through the first.
+    # A thread waiting through the third manager, a task waiting through the first.
     t0 = time.time()
     wait_a = in_thread(
         named_thread(f"waiter-a-{tag}", lambda: third.lock(ns + "a").acquire(deadline=PATIENCE * 2))
     )
     assert await until(lambda: first.lock(ns + "a").statistics().waiting == 1)
     windows[("a", "waiting")] = (t0, time.time())
+    expected[(ns + "a", "exclusive", "waiting")] = f"waiter-a-{tag}"
     t0 = time.time()
-    wait_b = asyncio.create_task(
-        first.lock(ns + "b").acquire_async(deadline=PATIENCE * 2), name=f"task-b-{tag}"
-    )
+    wait_b = asyncio.ensure_future(first.lock(ns + "b").acquire_async(deadline=PATIENCE * 2))
     assert await until(lambda: first.lock(ns + "b").statistics().waiting == 1)
     windows[("b", "waiting")] = (t0, time.time())
+    expected[(ns + "b", "exclusive", "waiting")] = ""
 
-    expected = {
-        (ns + "a", "exclusive", "held", f"holder-a-{tag}"),
-        (ns + "a", "exclusive", "waiting", f"waiter-a-{tag}"),
-        (ns + "b", "shared", "held", f"holder-b-{tag}"),
-        (ns + "b", "exclusive", "waiting", f"task-b-{tag}"),
-        (ns + "c", "shared", "held", f"task-c-{tag}"),
-    }
     try:
         for mgr in (first, second, third):
             infos = mgr.query(ns)
             assert all(isinstance(info, LockInfo) for info in infos)
-            assert len(infos) == len(expected), infos
-            found = set()
+            assert sorted((i.name, i.mode, i.state) for i in infos) == sorted(expected), infos
             for info in infos:
                 assert owner_prefix() in info.owner, info
-                (who,) = [e[3] for e in expected if e[3] in info.owner]
-                found.add((info.name, info.mode, info.state, who))
+                assert expected[(info.name, info.mode, info.state)] in info.owner, info
                 lo, hi = windows[(info.name[len(ns) :], info.state)]
                 assert isinstance(info.since, (int, float))
                 assert lo - 0.001 <= info.since <= hi + 0.001, (info, lo, hi)
-            assert found == expected
         # The prefix filters by name; the default prefix lists everything, ours included.
         assert {(i.name, i.state) for i in third.query(ns + "a")} == {
             (ns + "a", "held"),
             (ns + "a", "waiting"),
         }
         assert first.query(ns + "zzz") == []
-        assert first.query(ns + "a" + "x") == []
-        everything = {(i.name, i.mode, i.state) for i in second.query()}
-        assert {(e[0], e[1], e[2]) for e in expected} <= everything
-        assert {(e[0], e[1], e[2]) for e in expected} <= {
-            (i.name, i.mode, i.state) for i in second.query(prefix=ns)
-        }
+        assert first.query(ns + "ax") == []
+        assert set(expected) <= {(i.name, i.mode, i.state) for i in second.query()}
+        assert set(expected) <= {(i.name, i.mode, i.state) for i in second.query(prefix=ns)}
     finally:
-        hold_a()
+        holder_a.release()
         (await bounded(asyncio.wrap_future(wait_a)))()
-        hold_b()
+        holder_b.release()
         (await bounded(wait_b))()
         hold_c()
     assert first.query(ns) == []
+
+
+@pytest.mark.asyncio
+async def test_query_names_the_task_that_holds_or_waits(ns: str, managers: Managers) -> None:
+    first, second = managers(2)
+    tag = uuid.uuid4().hex[:8]
+
+    async def take() -> Unlock:
+        return await first.lock(ns + "a").acquire_async()
+
+    held = await bounded(asyncio.create_task(take(), name=f"task-holds-{tag}"))
+    waiter = asyncio.create_task(
+        second.lock(ns + "a").acquire_async(deadline=PATIENCE * 2), name=f"task-waits-{tag}"
+    )
+    try:
+        assert await until(lambda: first.lock(ns + "a").statistics().waiting == 1)
+        owners = {i.state: i.owner for i in second.query(ns)}
+        assert set(owners) == {"held", "waiting"}, owners
+        assert owner_prefix() in owners["held"] and owner_prefix() in owners["waiting"]
+        assert f"task-holds-{tag}" in owners["held"], owners
+        assert f"task-waits-{tag}" in owners["waiting"], owners
+    finally:
+        held()
+        (await bounded(waiter))()
+    assert first.query(ns) == []
+
+
+def named_thread(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+    def run() -> Any:
+        threading.current_thread().name = name
+        return fn()
+
+    return run
 
 
 def test_query_lists_each_shared_holder(ns: str, managers: Managers) -> None:
