@@ -495,9 +495,6 @@ class NamedLock:
     @property
     def mode(self) -> str:
         """``"exclusive"`` or ``"shared"``."""
-    @property
-    def manager(self) -> LockManager:
-        """The ``LockManager`` it came from."""
 
 @final
 class NamedSharableLock:
@@ -514,6 +511,3 @@ class NamedSharableLock:
     @property
     def exclusive(self) -> NamedLock:
         """The exclusive mode: one holder, nobody else (the same lock as ``manager.lock(name)``)."""
-    @property
-    def manager(self) -> LockManager:
-        """The ``LockManager`` it came from."""

@@ -36,13 +36,6 @@ pub fn check_backend<L: RawLock + ?Sized, E>(lock: &L) -> Result<(), AcquireErro
     }
 }
 
-/// Take the lock without waiting, after rule 1 (`try_acquire()`): `Ok(false)` if taken.
-#[inline]
-pub fn try_once<L: RawLock + ?Sized, E>(lock: &L) -> Result<bool, AcquireError<E>> {
-    check_backend(lock)?;
-    Ok(lock.try_lock())
-}
-
 /// Rules 1 to 3, with nothing but the kind's fast path: `Ok(true)` if the caller now
 /// holds the lock, `Ok(false)` if it must wait.
 #[inline]

@@ -86,11 +86,8 @@ pub(crate) fn enter<K: Kind>(py: Python<'_>, kind: &K) -> PyResult<()> {
 /// `try_acquire()`: the driver's rule 1 for the lock and one try; the hold taken up as
 /// an `Unlock`'s.
 pub(crate) fn try_once<K: Kind>(py: Python<'_>, kind: &K) -> PyResult<Option<Held>> {
-    match acquire::try_once::<K, PyErr>(kind) {
-        Ok(true) => taken_up(py, kind.take_up(false)).map(Some),
-        Ok(false) => Ok(None),
-        Err(e) => Err(to_pyerr(py, e)),
-    }
+    acquire::check_backend::<K, PyErr>(kind).map_err(|e| to_pyerr(py, e))?;
+    kind.try_take_up().map(|t| taken_up(py, t)).transpose()
 }
 
 /// A hold just acquired, taken up as scoped (`with`) or as an `Unlock`'s (see

@@ -36,6 +36,13 @@ pub(crate) trait Kind: RawLock + Clone + 'static {
     /// keeps what this returns). Fails, holding nothing, if the kind's backend failed
     /// meanwhile.
     fn take_up(&self, scoped: bool) -> Result<Held, String>;
+    /// The fast path of an `Unlock`'s acquire: try once, and take up the hold if it was
+    /// taken. `None` if the lock is taken (or cannot be acquired: the caller's slow path
+    /// says why). A kind may do both in one step.
+    #[inline]
+    fn try_take_up(&self) -> Option<Result<Held, String>> {
+        RawLock::try_lock(self).then(|| self.take_up(false))
+    }
     /// Release the hold of an `Unlock`; false if there is none any more.
     fn release_held(&self, held: Held) -> bool;
     /// The fence of a hold, for kinds that issue them.
