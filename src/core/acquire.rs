@@ -2,6 +2,9 @@
 //! written once for every kind of lock ([`RawLock`]) and for threads and tasks alike.
 //!
 //! In order:
+//! 0. The arguments agree: `blocking=False` never waits, so it cannot come with a
+//!    deadline (how long to wait, an infinite one too); such a call fails with
+//!    [`AcquireError::DeadlineWithoutBlocking`] before anything else is looked at.
 //! 1. A token that is already cancelled fails at once, even if the lock is free (Go
 //!    checks `ctx.Done()` first).
 //! 2. One try (the kind's fast path; no clock is read).
@@ -17,6 +20,18 @@ use super::error::AcquireError;
 use super::give_up::cancelled;
 use super::raw::{Compete, RawLock};
 use super::wait::{ThreadWait, Wait, Woken};
+
+/// Rule 0: a deadline cannot be given with `blocking=False`. `deadline_given` says
+/// whether the caller gave one at all (an infinite deadline parses to no limit, yet is
+/// refused as well). A caller that takes neither argument (a plain `acquire()`, an
+/// asynchronous acquire, which always may wait) has nothing to check.
+#[inline]
+pub fn check_args<E>(deadline_given: bool, blocking: bool) -> Result<(), AcquireError<E>> {
+    if deadline_given && !blocking {
+        return Err(AcquireError::DeadlineWithoutBlocking);
+    }
+    Ok(())
+}
 
 /// Rule 1: a cancelled token fails.
 #[inline]
@@ -93,4 +108,25 @@ pub fn wait_steps<'a, L: RawLock + ?Sized, E>(
     compete: Compete,
 ) -> ThreadWait<'a, L, E> {
     ThreadWait::new(lock, wait, compete)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_deadline_with_blocking_false_is_refused() {
+        assert!(check_args::<()>(false, true).is_ok());
+        assert!(check_args::<()>(true, true).is_ok());
+        assert!(check_args::<()>(false, false).is_ok());
+        let refused = check_args::<()>(true, false);
+        assert!(matches!(
+            refused,
+            Err(AcquireError::DeadlineWithoutBlocking)
+        ));
+        assert_eq!(
+            refused.unwrap_err().to_string(),
+            "deadline cannot be given with blocking=False"
+        );
+    }
 }
