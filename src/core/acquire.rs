@@ -33,6 +33,15 @@ pub fn check_args<E>(deadline_given: bool, blocking: bool) -> Result<(), Acquire
     Ok(())
 }
 
+/// Whether a wait could be ended by nothing but a release: it has no token and no
+/// deadline. Such a wait, on a lock held where only the waiting thread itself can
+/// release it, never ends; the embedding refuses it instead (the binding's `TaskOwner`:
+/// an `async with` hold of the thread's own event loop).
+#[inline]
+pub fn only_a_release_ends(cancel: Option<&CancelToken>, timeout: Timeout) -> bool {
+    cancel.is_none() && timeout.is_never()
+}
+
 /// Rule 1: a cancelled token fails.
 #[inline]
 pub fn check_token<E>(cancel: Option<&CancelToken>) -> Result<(), AcquireError<E>> {
@@ -128,5 +137,16 @@ mod tests {
             refused.unwrap_err().to_string(),
             "deadline cannot be given with blocking=False"
         );
+    }
+
+    #[test]
+    fn only_a_wait_with_no_token_and_no_deadline_is_ended_by_a_release_alone() {
+        let token = CancelToken::new(None);
+        let soon = Timeout::from_secs(1.0).unwrap();
+        assert!(only_a_release_ends(None, Timeout::NEVER));
+        assert!(!only_a_release_ends(Some(&token), Timeout::NEVER));
+        assert!(!only_a_release_ends(None, soon));
+        assert!(!only_a_release_ends(None, Timeout::NOW));
+        assert!(!only_a_release_ends(Some(&token), soon));
     }
 }

@@ -55,7 +55,7 @@ fn lock_contended<K: Kind>(
     token: Option<&CancelToken>,
     timeout: Timeout,
 ) -> PyResult<()> {
-    if token.is_none() && timeout.is_never() {
+    if acquire::only_a_release_ends(token, timeout) {
         TaskOwner::check(kind)?;
     }
     blocking::lock(py, kind, token, timeout.deadline()).map_err(|e| to_pyerr(py, e))
