@@ -32,6 +32,7 @@ OPS: dict[str, int] = {
     "tasks_100": 20,
     "tasks_through": 1_000,
     "mixed_2t2t": 1_000,
+    "named_acquire_unlock": 10_000,
 }
 
 CASES = [

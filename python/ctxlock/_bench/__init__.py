@@ -11,8 +11,10 @@ implementation and returns a ``Sample``: ``loops.py`` (one thread or task, uncon
 
 A *row* (``row.py``) compares ctxlock with an anchor and checks the ratio against a target;
 ``rows.py`` lists them and says what each measures. ``pairs.py`` measures the ratio rows with
-``sampling.py``; ``memory.py``, ``scaling.py`` and ``churn.py`` the other three. ``report.py``
-prints the results as a table or JSON, ``plot.py`` draws them.
+``sampling.py``; ``memory.py``, ``scaling.py`` and ``churn.py`` three others; ``named.py``
+has the named-lock workloads (``LockManager`` against a dict and a ``WeakValueDictionary``
+of ``threading.Lock``) and measures ``named_1m``. ``report.py`` prints the results as a
+table or JSON, ``plot.py`` draws them.
 """
 
 from ctxlock._bench.config import Config

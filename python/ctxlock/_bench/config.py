@@ -27,6 +27,8 @@ class Config:
     scaling_large: int = 100_000
     scaling_repeat: int = 3
     churn_cycles: int = 200_000
+    #: Distinct names of ``named_1m``, each taken once (the first tenth is the warm-up).
+    named_names: int = 1_000_000
 
     @classmethod
     def full(cls, repeat: int | None = None, *, full_churn: bool = False) -> Config:
@@ -52,4 +54,5 @@ class Config:
             scaling_large=1_000,
             scaling_repeat=1,
             churn_cycles=1_000_000 if full_churn else 2_000,
+            named_names=20_000,
         )

@@ -76,6 +76,7 @@ PEER_LABELS: Mapping[str, str] = {
     "asyncio": "asyncio.Lock",
     "aiologic": "aiologic.Lock",
     "readerwriterlock": "RWLockFair reader",
+    "weakdict": "WeakValueDictionary",
 }
 
 

@@ -47,7 +47,7 @@ def plot(results: Sequence[RowResult], path: str) -> None:
         )
     ax.set_yscale("log")
     ax.set_xticks(list(positions), [r.key for r in measured], rotation=35, ha="right")
-    ax.set_ylabel("ratio (churn_rss: MB)")
+    ax.set_ylabel("ratio (churn_rss, named_1m: MB)")
     ax.set_title(f"ctxlock {ctxlock.__version__}: cost relative to the anchor (lower is better)")
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch

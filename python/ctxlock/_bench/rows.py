@@ -52,6 +52,19 @@ over cost, so lower is better). The rows:
 ``churn_rss``
     RSS growth over many acquire / timeout / cancel cycles (200,000 by default,
     ``--full-churn`` for 1,000,000). The ratio column is the growth in MB; target <= 2.
+``named_acquire_unlock``
+    ``u = lock(name).acquire(); u()`` with ``lock = LockManager().lock`` pre-bound, the
+    lookup by name included, over 1,000 names cycled; against a ``threading.Lock`` fetched
+    by the same name from a dict of 1,000 and acquired and released. Target <= 1.5.
+``named_vs_weakdict``
+    The same named hold against what users build by hand: get-or-create in a
+    ``weakref.WeakValueDictionary`` of ``threading.Lock`` guarded by a ``threading.Lock``,
+    then acquire and release. Target <= 0.5.
+``named_1m``
+    RSS growth over 1,000,000 distinct names each taken once through a ``LockManager``
+    (``mgr.lock(name).acquire()()``), in a fresh interpreter, measured after the first
+    100,000 as warm-up: a name nobody holds or waits on takes no memory. The ratio column
+    is the growth in MB; target <= 10.
 
 In quick mode every row runs with tiny counts: the numbers mean nothing, but every code path
 runs and every workload checks its own invariants (counts, mutual exclusion).
@@ -68,6 +81,7 @@ from collections.abc import Mapping, Sequence
 from ctxlock._bench.churn import churn_row
 from ctxlock._bench.config import Config
 from ctxlock._bench.memory import memory_row
+from ctxlock._bench.named import named_memory_row
 from ctxlock._bench.pairs import pair
 from ctxlock._bench.peers import PeerMissing
 from ctxlock._bench.result import RowResult
@@ -176,6 +190,29 @@ ROWS: Sequence[Row] = (
         "budget",
         2.0,
         churn_row,
+        unit="B",
+        ratio_unit=" MB",
+    ),
+    Row(
+        "named_acquire_unlock",
+        "mgr.lock(name).acquire()() over 1,000 names vs a dict of 1,000 threading.Locks",
+        "threading.Lock",
+        1.5,
+        pair("named_acquire_unlock", "threading", _micro),
+    ),
+    Row(
+        "named_vs_weakdict",
+        "mgr.lock(name).acquire()() vs get-or-create in a guarded WeakValueDictionary",
+        "WeakValueDictionary",
+        0.5,
+        pair("named_acquire_unlock", "weakdict", _micro),
+    ),
+    Row(
+        "named_1m",
+        "RSS growth over 1,000,000 distinct names taken once (ratio column: MB)",
+        "budget",
+        10.0,
+        named_memory_row,
         unit="B",
         ratio_unit=" MB",
     ),

@@ -14,6 +14,11 @@ from ctxlock._bench.loops import (
     ThreadingAcquireTimeout,
     WithLoop,
 )
+from ctxlock._bench.named import (
+    DictAcquireRelease,
+    NamedAcquireUnlock,
+    WeakDictAcquireRelease,
+)
 from ctxlock._bench.peers import (
     aiologic_lock,
     asyncio_lock,
@@ -80,5 +85,10 @@ SCENARIOS: Mapping[str, Mapping[str, WorkloadFactory]] = {
     "mixed_2t2t": {
         "ctxlock": functools.partial(Mixed, ctxlock_lock),
         "aiologic": functools.partial(Mixed, aiologic_lock),
+    },
+    "named_acquire_unlock": {
+        "ctxlock": NamedAcquireUnlock,
+        "threading": DictAcquireRelease,
+        "weakdict": WeakDictAcquireRelease,
     },
 }
