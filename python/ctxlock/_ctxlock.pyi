@@ -405,7 +405,9 @@ class LockInfo:
         """Who: ``"host:pid"``, then the thread's name (and the task's, where known)."""
     @property
     def since(self) -> float:
-        """When the hold was granted or the wait began (a ``time.time()`` timestamp)."""
+        """When the hold was granted or the wait began (a ``time.time()`` timestamp; a grant's
+        is read from the coarse clock, up to one clock tick, a few ms, early).
+        """
 
 @final
 class NamedLock:
@@ -495,6 +497,9 @@ class NamedLock:
     @property
     def mode(self) -> str:
         """``"exclusive"`` or ``"shared"``."""
+    @property
+    def manager(self) -> LockManager:
+        """The ``LockManager`` it came from."""
 
 @final
 class NamedSharableLock:
@@ -505,6 +510,9 @@ class NamedSharableLock:
     @property
     def name(self) -> str:
         """The lock's name."""
+    @property
+    def manager(self) -> LockManager:
+        """The ``LockManager`` it came from."""
     @property
     def shared(self) -> NamedLock:
         """The shared mode: its holders share the lock."""

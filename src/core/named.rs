@@ -58,14 +58,33 @@ pub struct Who {
 }
 
 impl Who {
-    /// The calling thread.
+    /// The calling thread, and the task it runs for if the embedding said (`as_task`).
     pub fn thread() -> Who {
         Who {
             // SAFETY: `pthread_self` has no preconditions and always succeeds.
             thread: unsafe { libc::pthread_self() } as u64,
-            task: None,
+            task: TASK.with(|t| t.borrow().clone()),
         }
     }
+}
+
+thread_local! {
+    /// The task this thread acquires for, while `as_task` runs.
+    static TASK: std::cell::RefCell<Option<Arc<str>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Run `f` with holds and waits this thread records said to be `task`'s (an
+/// asynchronous task's name, for `query()`).
+pub fn as_task<T>(task: Option<Arc<str>>, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<Arc<str>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let old = self.0.take();
+            TASK.with(|t| *t.borrow_mut() = old);
+        }
+    }
+    let _restore = Restore(TASK.with(|t| t.replace(task)));
+    f()
 }
 
 /// One hold or wait, as `query()` reports it.

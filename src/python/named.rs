@@ -131,8 +131,8 @@ impl PyLockManager {
     /// Raises:
     ///     TypeError: ``name`` is not a str.
     ///     ValueError: ``name`` is empty or longer than 1024 UTF-8 bytes.
-    fn lock(&self, name: &Bound<'_, PyAny>) -> PyResult<PyNamedLock> {
-        PyNamedLock::new(&self.client, name_of(name)?, Mode::Exclusive)
+    fn lock(slf: &Bound<'_, Self>, name: &Bound<'_, PyAny>) -> PyResult<PyNamedLock> {
+        PyNamedLock::new(slf, name_of(name)?, Mode::Exclusive)
     }
 
     /// The shared/exclusive lock of ``name``: ``.shared`` and ``.exclusive``, phase-fair.
@@ -141,12 +141,11 @@ impl PyLockManager {
     ///     TypeError: ``name`` is not a str.
     ///     ValueError: ``name`` is empty or longer than 1024 UTF-8 bytes.
     fn sharable_lock(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         name: &Bound<'_, PyAny>,
     ) -> PyResult<PyNamedSharableLock> {
         let name = name_of(name)?;
-        let view = |mode| Py::new(py, PyNamedLock::new(&self.client, name.clone(), mode)?);
+        let view = |mode| Py::new(slf.py(), PyNamedLock::new(slf, name.clone(), mode)?);
         Ok(PyNamedSharableLock {
             shared: view(Mode::Shared)?,
             exclusive: view(Mode::Exclusive)?,
@@ -239,7 +238,8 @@ pub(crate) struct PyLockInfo {
     state: &'static str,
     /// Who: ``"host:pid"``, then the thread's name (and the task's, where known).
     owner: String,
-    /// When the hold was granted or the wait began (a ``time.time()`` timestamp).
+    /// When the hold was granted or the wait began (a ``time.time()`` timestamp; a grant's
+    /// is read from the coarse clock, up to one clock tick, a few ms, early).
     since: f64,
 }
 
@@ -296,11 +296,17 @@ pub(crate) struct PyNamedLock {
     /// Borrows its name from `name` (dropped after it: fields drop in order).
     view: NamedView,
     name: Py<PyString>,
+    manager: Py<PyLockManager>,
 }
 
 impl PyNamedLock {
     /// The handle of `name` (a checked lock name) in `mode`.
-    fn new(client: &Arc<Client>, name: Bound<'_, PyString>, mode: Mode) -> PyResult<Self> {
+    fn new(
+        manager: &Bound<'_, PyLockManager>,
+        name: Bound<'_, PyString>,
+        mode: Mode,
+    ) -> PyResult<Self> {
+        let client = &manager.get().client;
         let text = name.to_str()?;
         // SAFETY: `text` is the UTF-8 of `name`, which CPython keeps in the str object,
         // unchanged, for its whole life (a str is immutable); the handle keeps `name`
@@ -310,6 +316,7 @@ impl PyNamedLock {
         Ok(PyNamedLock {
             view,
             name: name.unbind(),
+            manager: manager.clone().unbind(),
         })
     }
 }
@@ -332,6 +339,12 @@ lock_methods!(PyNamedLock(NamedView) {
     #[getter]
     fn mode(&self) -> &'static str {
         mode_name(self.view.mode())
+    }
+
+    /// The ``LockManager`` it came from.
+    #[getter]
+    fn manager(&self, py: Python<'_>) -> Py<PyLockManager> {
+        self.manager.clone_ref(py)
     }
 
     fn __repr__(&self) -> String {
@@ -360,6 +373,12 @@ impl PyNamedSharableLock {
     #[getter]
     fn name(&self, py: Python<'_>) -> Py<PyString> {
         self.exclusive.get().name.clone_ref(py)
+    }
+
+    /// The ``LockManager`` it came from.
+    #[getter]
+    fn manager(&self, py: Python<'_>) -> Py<PyLockManager> {
+        self.exclusive.get().manager.clone_ref(py)
     }
 
     /// The shared mode: its holders share the lock.
@@ -434,6 +453,10 @@ impl Kind for NamedView {
 
     fn unlock_scoped(&self) -> bool {
         self.release_scoped(Who::thread().thread)
+    }
+
+    fn names_owners(&self) -> bool {
+        true
     }
 
     fn tag_hold(&self, tag: u64) {
