@@ -34,7 +34,7 @@ def _stress_seconds() -> float | None:
 
 #: ``CTXLOCK_STRESS_SECONDS`` (``make stress``), or None when unset. Each file keeps its own
 #: default: the races of the other files run briefly when it is unset (treat it as 0),
-#: ``test_stress.py`` runs 2 s per test.
+#: ``test_stress.py`` splits 6 s among its runs (a family's exclusive lock, its sharable lock).
 STRESS_SECONDS: float | None = _stress_seconds()
 #: Rounds of each race; a race also stops at RACE_SECONDS so a slow machine stays quick.
 #: `make stress` (CTXLOCK_STRESS_SECONDS) runs each race for that long instead.

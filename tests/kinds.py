@@ -1,19 +1,27 @@
-"""The registry of lock kinds: every property test runs over ``KINDS``.
+"""The registry of lock families and kinds: every property test runs over it.
 
-A kind is one thing a user acquires (a ``Lock``, one view of a ``SharableLock``, ...) with
-what its tests need to know about it. A new kind of lock is one more line in ``KINDS``; the
-property files (``test_exclusion.py``, ``test_deadlines.py``, ``test_cancellation.py``,
-``test_release.py``) and the suites that take a "which lock" list all read it from here.
+A *family* is one implementation of the lock API: a factory of exclusive locks (with the
+members of ``Lock``), a factory of sharable locks (with the members of ``SharableLock``:
+``shared`` and ``exclusive`` views), or both. A new family is one more line in
+``FAMILIES``; everything else here is derived from it.
+
+A *kind* is one thing a user acquires (a ``Lock``, one view of a ``SharableLock``, ...)
+with what its tests need to know about it. A family's exclusive lock gives one kind,
+named after the family; its sharable lock gives two, ``<family>.exclusive`` and
+``<family>.shared``. The property files (``test_exclusion.py``, ``test_deadlines.py``,
+``test_cancellation.py``, ``test_release.py``) and the suites that take a "which lock"
+list read ``KINDS``; the model-based and stress tests (``test_state_machine.py``,
+``test_stress.py``), which drive a whole lock, read ``FAMILIES``.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
-from ctxlock import Lock, LockManager, LockView, NamedLock, SharableLock
+from ctxlock import Lock, LockManager, LockView, NamedLock, NamedSharableLock, SharableLock
 
 View = Lock | LockView | NamedLock
 
@@ -47,10 +55,10 @@ class Kind:
     factory: Callable[[], tuple[View, View]]
     #: One holder at a time (False: holders of the view share it).
     exclusive: bool
-    #: Waiters of this view are served strictly in the order they queued, threads too
-    #: (a barging ``Lock`` lets a running thread overtake a queued one; tasks are always
-    #: served in order).
+    #: Waiters of this view are served strictly in the order they queued (the family's).
     fifo: bool
+    #: The family the kind belongs to.
+    family: Family = field(compare=False, repr=False)
 
     def new(self) -> Target:
         view, blocker = self.factory()
@@ -60,47 +68,80 @@ class Kind:
         return self.name
 
 
-def _lock(fair: bool) -> tuple[View, View]:
-    lock = Lock(fair=fair)
-    return lock, lock
+@dataclass(frozen=True)
+class Family:
+    """One implementation of the lock API, and how to make a fresh lock of it."""
+
+    name: str
+    #: A fresh exclusive lock (the members of ``Lock``), or None if the family has none.
+    lock: Callable[[], Lock | NamedLock] | None = None
+    #: A fresh sharable lock (the members of ``SharableLock``), or None.
+    sharable: Callable[[], SharableLock | NamedSharableLock] | None = None
+    #: Waiters are served strictly in the order they queued, threads too (a barging
+    #: ``Lock`` lets a running thread overtake a queued one; tasks are always served in
+    #: order).
+    fifo: bool = True
+    #: Its kinds: the exclusive lock, then the sharable lock's exclusive and shared views.
+    kinds: tuple[Kind, ...] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.lock is None and self.sharable is None:
+            raise ValueError(f"family {self.name!r} makes no lock")
+        kinds: list[Kind] = []
+        if self.lock is not None:
+            kinds.append(Kind(self.name, _whole(self.lock), True, self.fifo, self))
+        if self.sharable is not None:
+            make = self.sharable
+            for shared in (False, True):
+                name = f"{self.name}.{'shared' if shared else 'exclusive'}"
+                kinds.append(Kind(name, _view(make, shared), not shared, self.fifo, self))
+        object.__setattr__(self, "kinds", tuple(kinds))
+
+    def __str__(self) -> str:
+        return self.name
 
 
-def _exclusive() -> tuple[View, View]:
-    rw = SharableLock()
-    return rw.exclusive, rw.exclusive
+def _whole(make: Callable[[], Lock | NamedLock]) -> Callable[[], tuple[View, View]]:
+    def factory() -> tuple[View, View]:
+        lock = make()
+        return lock, lock
+
+    return factory
 
 
-def _shared() -> tuple[View, View]:
-    rw = SharableLock()
-    return rw.shared, rw.exclusive
+def _view(
+    make: Callable[[], SharableLock | NamedSharableLock], shared: bool
+) -> Callable[[], tuple[View, View]]:
+    def factory() -> tuple[View, View]:
+        rw = make()
+        return (rw.shared if shared else rw.exclusive), rw.exclusive
+
+    return factory
 
 
-#: Named locks get a fresh name each time, so tests never meet on one.
-_MANAGER = LockManager()
 _names = (f"kinds-{i}" for i in itertools.count())
 
 
-def _named_exclusive() -> tuple[View, View]:
-    lock = _MANAGER.lock(next(_names))
-    return lock, lock
+def fresh_name() -> str:
+    """A lock name no other test uses (named locks of one scope are shared by name)."""
+    return next(_names)
 
 
-def _named_rw(mode: str) -> tuple[View, View]:
-    rw = _MANAGER.sharable_lock(next(_names))
-    # The blocker is another manager's lock of the same name: one namespace per scope.
-    blocker = LockManager().lock(rw.name)
-    return getattr(rw, mode), blocker
-
-
-KINDS: list[Kind] = [
-    Kind("Lock", lambda: _lock(False), exclusive=True, fifo=False),
-    Kind("Lock(fair=True)", lambda: _lock(True), exclusive=True, fifo=True),
-    Kind("rw.exclusive", _exclusive, exclusive=True, fifo=True),
-    Kind("rw.shared", _shared, exclusive=False, fifo=True),
-    Kind("named", _named_exclusive, exclusive=True, fifo=True),
-    Kind("named.exclusive", lambda: _named_rw("exclusive"), exclusive=True, fifo=True),
-    Kind("named.shared", lambda: _named_rw("shared"), exclusive=False, fifo=True),
+#: Every implementation of the lock API; one line each.
+FAMILIES: list[Family] = [
+    Family("Lock", lock=Lock, fifo=False),
+    Family("Lock(fair=True)", lock=lambda: Lock(fair=True)),
+    Family("rw", sharable=SharableLock),
+    Family(
+        "named",
+        lock=lambda: LockManager().lock(fresh_name()),
+        sharable=lambda: LockManager().sharable_lock(fresh_name()),
+    ),
 ]
+LOCK_FAMILIES = [f for f in FAMILIES if f.lock is not None]
+SHARABLE_FAMILIES = [f for f in FAMILIES if f.sharable is not None]
+
+KINDS: list[Kind] = [kind for family in FAMILIES for kind in family.kinds]
 EXCLUSIVE_KINDS = [k for k in KINDS if k.exclusive]
 FIFO_EXCLUSIVE_KINDS = [k for k in EXCLUSIVE_KINDS if k.fifo]
 
@@ -113,3 +154,8 @@ def kind_named(name: str) -> Kind:
 def over(kinds: list[Kind]) -> pytest.MarkDecorator:
     """Parametrize a test's ``kind`` argument by ``kinds``, with their names as ids."""
     return pytest.mark.parametrize("kind", kinds, ids=[k.name for k in kinds])
+
+
+def over_families(families: list[Family]) -> pytest.MarkDecorator:
+    """Parametrize a test's ``family`` argument by ``families``, with their names as ids."""
+    return pytest.mark.parametrize("family", families, ids=[f.name for f in families])

@@ -22,21 +22,9 @@ from typing import Any
 import anyio
 import pytest
 from conftest import PATIENCE
-from ctxlock import CancelToken, Lock, LockTimeout, LockView, SharableLock, Unlock
-
-VIEWS = ["Lock", "Lock(fair=True)", "exclusive", "shared"]
-
-
-def make(name: str) -> tuple[Lock | LockView, Lock | LockView]:
-    """The view under test and the exclusive view that blocks it."""
-    if name == "Lock":
-        lock = Lock()
-        return lock, lock
-    if name == "Lock(fair=True)":
-        lock = Lock(fair=True)
-        return lock, lock
-    rw = SharableLock()
-    return (rw.exclusive if name == "exclusive" else rw.shared), rw.exclusive
+from ctxlock import CancelToken, Lock, LockTimeout, LockView, Unlock
+from kinds import KINDS as LOCK_KINDS
+from kinds import Kind
 
 
 def assert_free(blocker: Lock | LockView) -> None:
@@ -59,9 +47,11 @@ async def settle(rounds: int = 5) -> None:
         await asyncio.sleep(0)
 
 
-@pytest.fixture(params=VIEWS)
+@pytest.fixture(params=LOCK_KINDS, ids=[k.name for k in LOCK_KINDS])
 def views(request: pytest.FixtureRequest) -> tuple[Lock | LockView, Lock | LockView]:
-    return make(request.param)
+    """A fresh lock of each kind: the view under test and the exclusive view that blocks it."""
+    kind: Kind = request.param
+    return kind.factory()
 
 
 @pytest.fixture

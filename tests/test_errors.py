@@ -16,6 +16,7 @@ from ctxlock import (
     LockTimeout,
     WouldBlock,
 )
+from kinds import KINDS, over
 
 # --- hierarchy --------------------------------------------------------------------------------
 
@@ -108,9 +109,9 @@ def _assert_usable(lock):
 
 
 @pytest.mark.parametrize("case", BAD_INPUTS, ids=_ids)
-def test_bad_input_on_free_lock(case):
+def test_bad_input_on_free_lock(case, target):
     kwargs, exc_type, name = case
-    lock = Lock()
+    lock = target.view
     with pytest.raises(exc_type, match=name) as info:
         lock.acquire(**kwargs)()  # (the release only runs if the bad input was accepted)
     assert not isinstance(info.value, LockError)
@@ -118,16 +119,16 @@ def test_bad_input_on_free_lock(case):
 
 
 @pytest.mark.parametrize("case", BAD_INPUTS, ids=_ids)
-def test_bad_input_on_held_lock(case, spawn):
+def test_bad_input_on_held_lock(case, target, spawn):
     kwargs, exc_type, name = case
-    lock = Lock()
-    u = spawn(lock.acquire).result()
+    lock = target.view
+    u = spawn(target.blocker.acquire).result()
     try:
         t0 = time.monotonic()
         with pytest.raises(exc_type, match=name):
             lock.acquire(**kwargs)()  # (the release only runs if the bad input was accepted)
         assert time.monotonic() - t0 < 2.0  # rejected, not waited on
-        assert lock.locked()
+        assert target.blocker.locked()
         assert not u.released
     finally:
         u()
@@ -216,26 +217,21 @@ FALSY = [False, 0, 0.0, "", [], None]
 TRUTHY = [True, 1, 2, -1, 0.5, "no", [0], object()]
 
 
-def _targets():
-    rw = ctxlock.SharableLock()
-    return {"Lock": (Lock(), None), "shared": (rw.shared, rw), "exclusive": (rw.exclusive, rw)}
-
-
-@pytest.mark.parametrize("target", ["Lock", "shared", "exclusive"])
+@over(KINDS)
 @pytest.mark.parametrize("blocking", FALSY + TRUTHY, ids=repr)
-def test_blocking_takes_any_truth_value_on_a_free_lock(target, blocking):
-    lock, _ = _targets()[target]
+def test_blocking_takes_any_truth_value_on_a_free_lock(kind, blocking):
+    lock, _ = kind.factory()
     u = lock.acquire(blocking=blocking)
     assert lock.locked()
     u()
     assert not lock.locked()
 
 
-@pytest.mark.parametrize("target", ["Lock", "shared", "exclusive"])
+@over(KINDS)
 @pytest.mark.parametrize("blocking", FALSY + TRUTHY, ids=repr)
-def test_blocking_truth_value_decides_whether_a_taken_lock_is_waited_for(target, blocking, spawn):
-    lock, rw = _targets()[target]
-    holder = spawn((rw.exclusive if rw is not None else lock).acquire).result()
+def test_blocking_truth_value_decides_whether_a_taken_lock_is_waited_for(kind, blocking, spawn):
+    lock, blocker = kind.factory()
+    holder = spawn(blocker.acquire).result()
     try:
         if blocking:
             with pytest.raises(LockTimeout):  # it waited, until the deadline
@@ -263,15 +259,15 @@ def test_blocking_whose_truth_value_fails_raises_that_error():
 # --- timeout= is threading's name: the error points at deadline= -------------------------------
 
 
-@pytest.mark.parametrize("target", ["Lock", "shared", "exclusive"])
+@over(KINDS)
 @pytest.mark.parametrize(
     ("args", "kwargs"),
     [((), {"timeout": 1}), ((None,), {"timeout": 1}), ((), {"deadline": 1, "timeout": 0})],
     ids=repr,
 )
-def test_timeout_keyword_hints_at_deadline(target, args, kwargs):
-    lock, _ = _targets()[target]
-    name = "Lock" if target == "Lock" else "LockView"
+def test_timeout_keyword_hints_at_deadline(kind, args, kwargs):
+    lock, _ = kind.factory()
+    name = type(lock).__name__
     with pytest.raises(TypeError) as info:
         lock.acquire(*args, **kwargs)
     message = str(info.value)

@@ -42,6 +42,7 @@ from ctxlock import (
     Unlock,
     WouldBlock,
 )
+from kinds import KINDS, Kind, over
 
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "fork") or sys.platform == "darwin", reason="needs os.fork() (Linux)"
@@ -339,15 +340,9 @@ def test_lock_free_at_fork_is_usable_in_child() -> None:
 # --- a lock held by the forking thread --------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["lock", "fair", "shared", "exclusive"])
-def test_lock_held_by_forking_thread_is_released_in_child(kind: str) -> None:
-    rw = SharableLock()
-    view = {
-        "lock": Lock(),
-        "fair": Lock(fair=True),
-        "shared": rw.shared,
-        "exclusive": rw.exclusive,
-    }[kind]
+@over(KINDS)
+def test_lock_held_by_forking_thread_is_released_in_child(kind: Kind) -> None:
+    view = kind.new().view
     unlock = view.acquire()
 
     def child() -> None:

@@ -1,10 +1,11 @@
 """A model-based test of the Python API: hypothesis drives random operations, one thread.
 
-The system under test is one ``SharableLock`` (its ``shared`` and ``exclusive`` views)
-and one ``Lock(fair=True)``. The model is what a single thread can observe:
+It runs once per lock family (``tests/kinds.py``). The system under test is the family's
+exclusive lock (``lock``), its sharable lock (the ``shared`` and ``exclusive`` views), or
+both, whichever the family makes. The model is what a single thread can observe:
 
-- ``Lock``: held or free;
-- ``SharableLock``: a writer holds it, or ``readers`` shared holders do, or nobody.
+- the exclusive lock: held or free;
+- the sharable lock: a writer holds it, or ``readers`` shared holders do, or nobody.
 
 With one thread nobody ever waits, so phase-fairness reduces to "shared is free unless a
 writer holds; exclusive is free unless anyone holds". Every rule that could wait gives
@@ -40,14 +41,18 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
+    run_state_machine_as_test,
 )
+from kinds import FAMILIES, Family, over_families
 
-# The three things an acquire can target: the fair Lock and the two views.
-TARGETS = ("lock", "shared", "exclusive")
-targets = st.sampled_from(TARGETS)
+# What an acquire can target: the family's exclusive lock and its sharable lock's two
+# views, those of them the family makes (the machine's `targets`).
+targets = st.runner().flatmap(lambda machine: st.sampled_from(machine.targets))
 
-# How many examples `test_api_state_machine` runs; reported by the test's docstring.
-MAX_EXAMPLES = 200
+# How many examples `test_api_state_machine` runs per target of its family (so the
+# examples per target stay as many, and the time as short, whatever the families), and
+# how many steps each.
+EXAMPLES_PER_TARGET = 67
 STEPS = 30
 
 
@@ -76,10 +81,14 @@ def drive(awaitable: Any) -> Any:
 
 
 class LockMachine(RuleBasedStateMachine):
-    def __init__(self) -> None:
+    def __init__(self, family: Family) -> None:
         super().__init__()
-        self.lock = Lock(fair=True)
-        self.rw = SharableLock()
+        self.family = family
+        self.lock = family.lock() if family.lock is not None else None
+        self.rw = family.sharable() if family.sharable is not None else None
+        self.targets: tuple[str, ...] = ("lock",) if self.lock is not None else ()
+        if self.rw is not None:
+            self.targets += ("shared", "exclusive")
         self.lock_held = False
         self.readers = 0
         self.writer = False
@@ -91,8 +100,14 @@ class LockMachine(RuleBasedStateMachine):
 
     def obj(self, target: str) -> Lock | LockView:
         if target == "lock":
+            assert self.lock is not None
             return self.lock
+        assert self.rw is not None
         return self.rw.shared if target == "shared" else self.rw.exclusive
+
+    def exclusive_views(self) -> list[Lock | LockView]:
+        """What must be free for the whole system to be free."""
+        return [self.obj(t) for t in self.targets if t != "shared"]
 
     def free(self, target: str) -> bool:
         """Whether an acquire of ``target`` succeeds at once."""
@@ -277,9 +292,11 @@ class LockMachine(RuleBasedStateMachine):
     # --- invariants -----------------------------------------------------------------------
 
     def check_locked(self) -> None:
-        assert self.lock.locked() is self.lock_held
-        assert self.rw.exclusive.locked() is self.writer
-        assert self.rw.shared.locked() is (self.readers > 0)
+        if self.lock is not None:
+            assert self.lock.locked() is self.lock_held
+        if self.rw is not None:
+            assert self.rw.exclusive.locked() is self.writer
+            assert self.rw.shared.locked() is (self.readers > 0)
 
     @invariant()
     def locked_matches_model(self) -> None:
@@ -287,19 +304,25 @@ class LockMachine(RuleBasedStateMachine):
 
     @invariant()
     def reprs_match_model(self) -> None:
-        state = "locked" if self.lock_held else "unlocked"
-        assert repr(self.lock) == f"<ctxlock.Lock {state} fair=True waiting=0>"
-        if self.writer:
-            state = "locked exclusive"
-        elif self.readers:
-            state = f"shared by {self.readers}"
-        else:
-            state = "unlocked"
-        assert repr(self.rw) == f"<ctxlock.SharableLock {state} waiting=0>"
-        shared = "locked" if self.readers else "unlocked"
-        assert repr(self.rw.shared) == f"<ctxlock.LockView shared {shared} waiting=0>"
-        exclusive = "locked" if self.writer else "unlocked"
-        assert repr(self.rw.exclusive) == f"<ctxlock.LockView exclusive {exclusive} waiting=0>"
+        # The reprs of ctxlock's own classes; another family's may differ.
+        if type(self.lock) is Lock:
+            state = "locked" if self.lock_held else "unlocked"
+            fair = "fair=True" in repr(self.lock)
+            assert repr(self.lock) == f"<ctxlock.Lock {state} fair={fair} waiting=0>"
+        if type(self.rw) is SharableLock:
+            if self.writer:
+                state = "locked exclusive"
+            elif self.readers:
+                state = f"shared by {self.readers}"
+            else:
+                state = "unlocked"
+            assert repr(self.rw) == f"<ctxlock.SharableLock {state} waiting=0>"
+            shared = "locked" if self.readers else "unlocked"
+            assert repr(self.rw.shared) == f"<ctxlock.LockView shared {shared} waiting=0>"
+            exclusive = "locked" if self.writer else "unlocked"
+            assert repr(self.rw.exclusive) == (
+                f"<ctxlock.LockView exclusive {exclusive} waiting=0>"
+            )
 
     @invariant()
     def unlocks_match_model(self) -> None:
@@ -316,32 +339,39 @@ class LockMachine(RuleBasedStateMachine):
     def never_shared_with_exclusive(self) -> None:
         assert not (self.writer and self.readers)
 
+    def assert_free(self) -> None:
+        for view in self.exclusive_views():
+            assert not view.locked(), view
+            probe = view.try_acquire()
+            assert probe is not None, view
+            probe()
+        if self.rw is not None:
+            assert not self.rw.shared.locked()
+
     @initialize()
     def start_free(self) -> None:
-        assert not self.lock.locked() and not self.rw.exclusive.locked()
-        probe = self.rw.exclusive.try_acquire()
-        assert probe is not None
-        probe()
+        self.assert_free()
 
     def teardown(self) -> None:
         # Release everything still held: a holding Unlock that is garbage-collected warns.
         for h in list(self.held):
             h.unlock()
         self.held.clear()
-        assert not self.lock.locked()
-        assert not self.rw.exclusive.locked() and not self.rw.shared.locked()
-        probe = self.rw.exclusive.try_acquire()
-        assert probe is not None
-        probe()
+        self.assert_free()
 
 
-LockMachine.TestCase.settings = settings(
-    max_examples=MAX_EXAMPLES,
-    stateful_step_count=STEPS,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-test_api_state_machine = LockMachine.TestCase
+@over_families(FAMILIES)
+def test_api_state_machine(family: Family) -> None:
+    targets = (family.lock is not None) + 2 * (family.sharable is not None)
+    run_state_machine_as_test(
+        lambda: LockMachine(family),
+        settings=settings(
+            max_examples=EXAMPLES_PER_TARGET * targets,
+            stateful_step_count=STEPS,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
 
 
 # --- the contract the machine's `register_unlock_on_cancel` relies on, shown directly ------

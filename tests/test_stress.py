@@ -9,8 +9,10 @@ holders together with an exclusive one. The bookkeeping is a pair of counters un
 plain ``threading.Lock`` used for nothing else, updated inside the critical section. At
 the end the lock must be free and its wait queue empty.
 
-Short by default (``CTXLOCK_STRESS_SECONDS``, 2 s per test) so it runs in CI;
-``make stress STRESS_SECONDS=600`` runs it long.
+It runs once per lock family (``tests/kinds.py``): on the family's exclusive lock, and on
+its sharable lock (both views at once). Short by default so it runs in CI: 6 s in all,
+split among the runs (at least 1 s each); ``make stress STRESS_SECONDS=600`` runs each
+run that long (``CTXLOCK_STRESS_SECONDS``).
 """
 
 from __future__ import annotations
@@ -37,8 +39,15 @@ from ctxlock import (
     Unlock,
     WouldBlock,
 )
+from kinds import LOCK_FAMILIES, SHARABLE_FAMILIES, Family, over_families
 
-DURATION = 2.0 if STRESS_SECONDS is None else STRESS_SECONDS
+# Every run: the exclusive lock of each family that has one, the sharable lock of each
+# that has one.
+RUNS = len(LOCK_FAMILIES) + len(SHARABLE_FAMILIES)
+# Seconds per run: the default's total is split among the runs, so a new family does not
+# lengthen the suite.
+DEFAULT_TOTAL_SECONDS = 6.0
+DURATION = max(1.0, DEFAULT_TOTAL_SECONDS / RUNS) if STRESS_SECONDS is None else STRESS_SECONDS
 # Threads per run: 8 unless CTXLOCK_STRESS_THREADS says otherwise (CI runs 4 and 8 on the
 # free-threaded interpreter, where they really run in parallel).
 THREADS = int(os.environ.get("CTXLOCK_STRESS_THREADS", "8"))
@@ -64,22 +73,22 @@ DEADLINES: tuple[float | None, ...] = (None, 0, 0.0002, 0.001, 0.005, 0.02)
 class Book:
     """The holders' own record of who holds, checked on every entry."""
 
-    def __init__(self, lock: Lock | SharableLock) -> None:
+    def __init__(self, exclusive: LockView | Lock, shared: LockView | None) -> None:
         self.mutex = threading.Lock()
         self.writers = 0
         self.readers = 0
         self.max_readers = 0
-        self.lock = lock
+        self.exclusive = exclusive
+        self.shared = shared
         self.errors: list[str] = []
 
     def views(self) -> tuple[LockView | Lock, ...]:
-        if isinstance(self.lock, SharableLock):
-            return (self.lock.shared, self.lock.exclusive)
-        return (self.lock,)
+        if self.shared is not None:
+            return (self.shared, self.exclusive)
+        return (self.exclusive,)
 
-    @staticmethod
-    def is_shared(view: LockView | Lock) -> bool:
-        return isinstance(view, LockView) and view.shared
+    def is_shared(self, view: LockView | Lock) -> bool:
+        return view is self.shared
 
     def enter(self, view: LockView | Lock) -> None:
         shared = self.is_shared(view)
@@ -114,8 +123,8 @@ class Book:
         """While we hold, the lock must say so, in our mode and not in the other."""
         if not view.locked():
             self.fail(f"{view!r} says unlocked while held")
-        if isinstance(self.lock, SharableLock):
-            other = self.lock.exclusive if self.is_shared(view) else self.lock.shared
+        if self.shared is not None:
+            other = self.exclusive if self.is_shared(view) else self.shared
             if other.locked():
                 self.fail(f"{view!r} held while {other!r} says locked")
 
@@ -127,8 +136,8 @@ class Book:
 class Run:
     """What every worker shares: the lock's book, a pool of tokens, the stop flag."""
 
-    def __init__(self, lock: Lock | SharableLock, seed: int) -> None:
-        self.book = Book(lock)
+    def __init__(self, exclusive: LockView | Lock, shared: LockView | None, seed: int) -> None:
+        self.book = Book(exclusive, shared)
         self.seed = seed
         self.stop = threading.Event()
         self.pool: collections.deque[CancelToken] = collections.deque(maxlen=32)
@@ -368,9 +377,16 @@ def loop_worker(run: Run, index: int) -> None:
 # --- the runs ---------------------------------------------------------------------------------
 
 
-def stress(lock: Lock | SharableLock, request: pytest.FixtureRequest) -> dict[str, Any]:
+def stress(
+    lock: Lock | SharableLock,
+    exclusive: LockView | Lock,
+    shared: LockView | None,
+    request: pytest.FixtureRequest,
+) -> dict[str, Any]:
+    """Run the workers on ``lock``: its ``exclusive`` view (the lock itself when it is
+    exclusive) and its ``shared`` view if it has one."""
     seed = random.randrange(1 << 30)
-    run = Run(lock, seed)
+    run = Run(exclusive, shared, seed)
     workers = [
         threading.Thread(target=thread_worker, args=(run, i), daemon=True) for i in range(THREADS)
     ]
@@ -386,7 +402,7 @@ def stress(lock: Lock | SharableLock, request: pytest.FixtureRequest) -> dict[st
         w.join(max(0.0, end - time.monotonic()))
     stuck = sum(w.is_alive() for w in workers)
     counts = dict(run.counts)
-    if isinstance(lock, SharableLock):
+    if shared is not None:
         counts["max_readers"] = run.book.max_readers
     book = (run.book.writers, run.book.readers)
     info = f"seed={seed} counts={counts} lock={lock!r} book (writers, readers)={book}"
@@ -398,29 +414,33 @@ def stress(lock: Lock | SharableLock, request: pytest.FixtureRequest) -> dict[st
 
     # Holds released through `unlock_on_cancel` with a deadline token end on the timer
     # thread, so the lock may still be held for a moment.
-    exclusive = lock.exclusive if isinstance(lock, SharableLock) else lock
     assert wait_until(lambda: not exclusive.locked()), f"still locked at the end: {info}"
     assert exclusive.statistics().waiting == 0, f"waiters left at the end: {info}"
     probe = exclusive.try_acquire()
     assert probe is not None, f"lock not free at the end: {info}"
     probe()
-    if isinstance(lock, SharableLock):
-        assert not lock.shared.locked()
+    if shared is not None:
+        assert not shared.locked()
     assert counts.get("ops", 0) > 0 and counts.get("acquired", 0) > 0, info
     return counts
 
 
 @pytest.mark.stress
 @long_timeout
-@pytest.mark.parametrize("fair", [False, True], ids=["barging", "fair"])
-def test_stress_lock(fair: bool, request: pytest.FixtureRequest) -> None:
-    stress(Lock(fair=fair), request)
+@over_families(LOCK_FAMILIES)
+def test_stress_lock(family: Family, request: pytest.FixtureRequest) -> None:
+    assert family.lock is not None
+    lock = family.lock()
+    stress(lock, lock, None, request)
 
 
 @pytest.mark.stress
 @long_timeout
-def test_stress_sharable_lock(request: pytest.FixtureRequest) -> None:
-    counts = stress(SharableLock(), request)
+@over_families(SHARABLE_FAMILIES)
+def test_stress_sharable_lock(family: Family, request: pytest.FixtureRequest) -> None:
+    assert family.sharable is not None
+    rw = family.sharable()
+    counts = stress(rw, rw.exclusive, rw.shared, request)
     # Readers really shared the lock at some point (thousands of shared holds per run).
     assert counts["max_readers"] >= 2, counts
 

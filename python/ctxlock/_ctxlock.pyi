@@ -405,7 +405,9 @@ class LockInfo:
         """Who: ``"host:pid"``, then the thread's name (and the task's, where known)."""
     @property
     def since(self) -> float:
-        """When the hold was granted or the wait began (a ``time.time()`` timestamp)."""
+        """When the hold was granted or the wait began (a ``time.time()`` timestamp; a grant's
+        is read from the coarse clock, up to one clock tick, a few ms, early).
+        """
 
 @final
 class NamedLock:
@@ -509,11 +511,11 @@ class NamedSharableLock:
     def name(self) -> str:
         """The lock's name."""
     @property
+    def manager(self) -> LockManager:
+        """The ``LockManager`` it came from."""
+    @property
     def shared(self) -> NamedLock:
         """The shared mode: its holders share the lock."""
     @property
     def exclusive(self) -> NamedLock:
         """The exclusive mode: one holder, nobody else (the same lock as ``manager.lock(name)``)."""
-    @property
-    def manager(self) -> LockManager:
-        """The ``LockManager`` it came from."""

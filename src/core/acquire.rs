@@ -2,6 +2,9 @@
 //! written once for every kind of lock ([`RawLock`]) and for threads and tasks alike.
 //!
 //! In order:
+//! 0. The arguments agree: `blocking=False` never waits, so it cannot come with a
+//!    deadline (how long to wait, an infinite one too); such a call fails with
+//!    [`AcquireError::DeadlineWithoutBlocking`] before anything else is looked at.
 //! 1. A token that is already cancelled fails at once, even if the lock is free (Go
 //!    checks `ctx.Done()` first).
 //! 2. One try (the kind's fast path; no clock is read).
@@ -17,6 +20,27 @@ use super::error::AcquireError;
 use super::give_up::cancelled;
 use super::raw::{Compete, RawLock};
 use super::wait::{ThreadWait, Wait, Woken};
+
+/// Rule 0: a deadline cannot be given with `blocking=False`. `deadline_given` says
+/// whether the caller gave one at all (an infinite deadline parses to no limit, yet is
+/// refused as well). A caller that takes neither argument (a plain `acquire()`, an
+/// asynchronous acquire, which always may wait) has nothing to check.
+#[inline]
+pub fn check_args<E>(deadline_given: bool, blocking: bool) -> Result<(), AcquireError<E>> {
+    if deadline_given && !blocking {
+        return Err(AcquireError::DeadlineWithoutBlocking);
+    }
+    Ok(())
+}
+
+/// Whether a wait could be ended by nothing but a release: it has no token and no
+/// deadline. Such a wait, on a lock held where only the waiting thread itself can
+/// release it, never ends; the embedding refuses it instead (the binding's `TaskOwner`:
+/// an `async with` hold of the thread's own event loop).
+#[inline]
+pub fn only_a_release_ends(cancel: Option<&CancelToken>, timeout: Timeout) -> bool {
+    cancel.is_none() && timeout.is_never()
+}
 
 /// Rule 1: a cancelled token fails.
 #[inline]
@@ -34,13 +58,6 @@ pub fn check_backend<L: RawLock + ?Sized, E>(lock: &L) -> Result<(), AcquireErro
         None => Ok(()),
         Some(why) => Err(AcquireError::Backend(why)),
     }
-}
-
-/// Take the lock without waiting, after rule 1 (`try_acquire()`): `Ok(false)` if taken.
-#[inline]
-pub fn try_once<L: RawLock + ?Sized, E>(lock: &L) -> Result<bool, AcquireError<E>> {
-    check_backend(lock)?;
-    Ok(lock.try_lock())
 }
 
 /// Rules 1 to 3, with nothing but the kind's fast path: `Ok(true)` if the caller now
@@ -111,4 +128,36 @@ pub fn wait_steps<'a, L: RawLock + ?Sized, E>(
     compete: Compete,
 ) -> ThreadWait<'a, L, E> {
     ThreadWait::new(lock, wait, compete)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_deadline_with_blocking_false_is_refused() {
+        assert!(check_args::<()>(false, true).is_ok());
+        assert!(check_args::<()>(true, true).is_ok());
+        assert!(check_args::<()>(false, false).is_ok());
+        let refused = check_args::<()>(true, false);
+        assert!(matches!(
+            refused,
+            Err(AcquireError::DeadlineWithoutBlocking)
+        ));
+        assert_eq!(
+            refused.unwrap_err().to_string(),
+            "deadline cannot be given with blocking=False"
+        );
+    }
+
+    #[test]
+    fn only_a_wait_with_no_token_and_no_deadline_is_ended_by_a_release_alone() {
+        let token = CancelToken::new(None);
+        let soon = Timeout::from_secs(1.0).unwrap();
+        assert!(only_a_release_ends(None, Timeout::NEVER));
+        assert!(!only_a_release_ends(Some(&token), Timeout::NEVER));
+        assert!(!only_a_release_ends(None, soon));
+        assert!(!only_a_release_ends(None, Timeout::NOW));
+        assert!(!only_a_release_ends(Some(&token), soon));
+    }
 }

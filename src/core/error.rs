@@ -16,6 +16,9 @@ pub enum AcquireError<E = Infallible> {
     WouldBlock,
     /// An acquire with a deadline of zero (try once) found the lock taken.
     TakenNow,
+    /// The arguments disagree: a deadline was given with `blocking=False` (rule 0 of the
+    /// driver, `acquire.rs`). Nothing was tried.
+    DeadlineWithoutBlocking,
     /// The interrupt check failed (a signal handler raised).
     Interrupted(E),
     /// A task's wait was settled without it: given up because its doorbell could not
@@ -36,6 +39,7 @@ impl<E> fmt::Debug for AcquireError<E> {
             AcquireError::Cancelled(_) => "Cancelled",
             AcquireError::WouldBlock => "WouldBlock",
             AcquireError::TakenNow => "TakenNow",
+            AcquireError::DeadlineWithoutBlocking => "DeadlineWithoutBlocking",
             AcquireError::Interrupted(_) => "Interrupted",
             AcquireError::Abandoned => "Abandoned",
             AcquireError::TokenDeadline(_) => "TokenDeadline",
@@ -54,6 +58,7 @@ impl<E> fmt::Display for AcquireError<E> {
             AcquireError::Cancelled(_) => "the acquire was cancelled",
             AcquireError::WouldBlock => "the lock is taken",
             AcquireError::TakenNow => "the lock is taken (deadline=0)",
+            AcquireError::DeadlineWithoutBlocking => "deadline cannot be given with blocking=False",
             AcquireError::Interrupted(_) => "the wait was interrupted",
             AcquireError::Abandoned => "the wait was given up: its event loop could not be reached",
             AcquireError::TokenDeadline(_) => {

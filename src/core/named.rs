@@ -18,27 +18,33 @@
 //! does so after the mutex is let go, with the entry pinned.
 
 use std::hash::BuildHasher;
+use std::ptr::NonNull;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use hashbrown::HashTable;
+use hashbrown::hash_table::{self, HashTable};
 
 use super::cancel::{CancelToken, Reason};
 use super::lock::LockView;
 use super::raw::{Compete, Enqueued, Notify, RawLock, RawWaiter, Status};
 use super::slot::{Policy, Slot, SlotWaiter};
 use super::stats::Statistics;
-use super::sync::{lock, AtomicU64, Mutex, MutexGuard, Ordering};
+use super::sync::{lock, AtomicU64, Mutex, Ordering};
 use super::waiter::{Mode, Waiter};
 
 /// Shards of a scope's table: enough that threads locking different names rarely meet
 /// on one mutex, few enough that `query()` walks them quickly.
 const SHARDS: usize = 64;
 
-/// Idle slots a shard keeps for reuse, so that a name used once does not cost an
-/// allocation and a free (a slot is 112 bytes; 64 × 8 of them are 57 KB).
-const SPARE_SLOTS: usize = 8;
+/// Idle entries a shard keeps for reuse, so that a name used once does not cost
+/// allocations and frees (an entry and its slot are about 250 bytes: 64 × 8 of them
+/// are 128 KB at most).
+const SPARE_ENTRIES: usize = 8;
+
+/// Idle entries a shard keeps in its table (see `Entry`): 64 × 32 names that were used
+/// and may be again, about 0.5 MB at most, however many names are used.
+const IDLE_ENTRIES: usize = 32;
 
 /// The longest name, in UTF-8 bytes (the contract's limit, the same at every scope).
 pub const MAX_NAME_BYTES: usize = 1024;
@@ -52,14 +58,33 @@ pub struct Who {
 }
 
 impl Who {
-    /// The calling thread.
+    /// The calling thread, and the task it runs for if the embedding said (`as_task`).
     pub fn thread() -> Who {
         Who {
             // SAFETY: `pthread_self` has no preconditions and always succeeds.
             thread: unsafe { libc::pthread_self() } as u64,
-            task: None,
+            task: TASK.with(|t| t.borrow().clone()),
         }
     }
+}
+
+thread_local! {
+    /// The task this thread acquires for, while `as_task` runs.
+    static TASK: std::cell::RefCell<Option<Arc<str>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Run `f` with holds and waits this thread records said to be `task`'s (an
+/// asynchronous task's name, for `query()`).
+pub fn as_task<T>(task: Option<Arc<str>>, f: impl FnOnce() -> T) -> T {
+    struct Restore(Option<Arc<str>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let old = self.0.take();
+            TASK.with(|t| *t.borrow_mut() = old);
+        }
+    }
+    let _restore = Restore(TASK.with(|t| t.replace(task)));
+    f()
 }
 
 /// One hold or wait, as `query()` reports it.
@@ -100,7 +125,9 @@ struct WaitRecord {
 /// The lock of one name while anybody holds or waits for it.
 ///
 /// # Invariants
-/// - An entry is in its shard's table exactly while `pins > 0`.
+/// - An entry is in its shard's table while `pins > 0`; an idle one (`pins == 0`:
+///   nobody holds or waits for it) may stay, at most `IDLE_ENTRIES` per shard, so that a
+///   name used again and again is not made and freed each time.
 /// - `pins` counts the holds of `slot` (each hold started by a try or a grant pins the
 ///   entry until it is released) and its queued waiters. So when `pins` falls to 0,
 ///   nobody holds or waits for the slot, and the entry may go: nobody can be left on a
@@ -123,59 +150,135 @@ struct Table {
     fence: u64,
     /// The last wait id issued by this shard.
     wait_id: u64,
-    spare: Vec<Arc<Slot>>,
+    /// Entries that went idle, kept for reuse with their slot and record vectors, so
+    /// that a name used once costs no allocation (see `SPARE_ENTRIES`).
+    spare: Vec<Entry>,
+    /// Entries in `entries` with no pin (see `Entry`).
+    idle: usize,
+}
+
+fn same(key: &Key) -> impl Fn(&Entry) -> bool + '_ {
+    let name = key.name.as_str();
+    move |e| {
+        std::ptr::eq(e.name.as_ptr(), name.as_ptr()) && e.name.len() == name.len()
+            || *e.name == *name
+    }
 }
 
 impl Table {
     fn find(&mut self, key: &Key) -> Option<&mut Entry> {
-        self.entries.find_mut(key.hash, |e| {
-            Arc::ptr_eq(&e.name, &key.name) || *e.name == *key.name
-        })
+        self.entries.find_mut(key.hash, same(key))
     }
 
     /// The entry of `key`, made if absent; pinned once more.
-    fn pin(&mut self, key: &Key) -> &mut Entry {
-        let spare = &mut self.spare;
-        let entry = self
-            .entries
-            .entry(
-                key.hash,
-                |e| Arc::ptr_eq(&e.name, &key.name) || *e.name == *key.name,
-                |e| e.hash,
-            )
-            .or_insert_with(|| Entry {
-                name: key.name.clone(),
-                hash: key.hash,
-                slot: spare
-                    .pop()
-                    .unwrap_or_else(|| Arc::new(Slot::new(Policy::Fair))),
-                pins: 0,
-                holds: Vec::new(),
-                waits: Vec::new(),
-            })
-            .into_mut();
+    fn pin<'t>(
+        entries: &'t mut HashTable<Entry>,
+        spare: &mut Vec<Entry>,
+        idle: &mut usize,
+        key: &Key,
+    ) -> &'t mut Entry {
+        let entry = match entries.entry(key.hash, same(key), |e| e.hash) {
+            hash_table::Entry::Occupied(found) => {
+                let entry = found.into_mut();
+                if entry.pins == 0 {
+                    *idle -= 1;
+                }
+                entry
+            }
+            hash_table::Entry::Vacant(vacant) => {
+                let entry = match spare.pop() {
+                    Some(mut e) => {
+                        e.name = key.name.to_arc();
+                        e.hash = key.hash;
+                        e
+                    }
+                    None => Entry {
+                        name: key.name.to_arc(),
+                        hash: key.hash,
+                        slot: Arc::new(Slot::new(Policy::Fair)),
+                        pins: 0,
+                        holds: Vec::new(),
+                        waits: Vec::new(),
+                    },
+                };
+                vacant.insert(entry).into_mut()
+            }
+        };
         entry.pins += 1;
         entry
     }
 
-    /// Drop one pin of `key`'s entry; remove the entry when it was the last.
+    /// Drop one pin of `key`'s entry (see [`unpin_found`]).
     fn unpin(&mut self, key: &Key) {
-        let Ok(mut found) = self.entries.find_entry(key.hash, |e| {
-            Arc::ptr_eq(&e.name, &key.name) || *e.name == *key.name
-        }) else {
-            debug_assert!(false, "BUG: unpin of a name with no entry");
-            return;
-        };
-        let entry = found.get_mut();
-        entry.pins -= 1;
-        if entry.pins == 0 {
-            let (entry, _) = found.remove();
-            debug_assert!(entry.holds.is_empty() && entry.waits.is_empty());
-            // Reuse the slot only if nobody else can reach it: a waiter that left may
-            // still hold a reference for a moment.
-            if self.spare.len() < SPARE_SLOTS && Arc::strong_count(&entry.slot) == 1 {
-                self.spare.push(entry.slot);
-            }
+        let Table {
+            entries,
+            spare,
+            idle,
+            ..
+        } = self;
+        match entries.find_entry(key.hash, same(key)) {
+            Ok(found) => unpin_found(found, spare, idle),
+            Err(_) => debug_assert!(false, "BUG: unpin of a name with no entry"),
+        }
+    }
+}
+
+/// Drop one pin of an entry already found. When it was the last, the entry stays idle
+/// if its shard has room for one more, else it goes (to `spare`, if that has room).
+fn unpin_found(
+    mut found: hash_table::OccupiedEntry<'_, Entry>,
+    spare: &mut Vec<Entry>,
+    idle: &mut usize,
+) {
+    let entry = found.get_mut();
+    entry.pins -= 1;
+    if entry.pins > 0 {
+        return;
+    }
+    debug_assert!(entry.holds.is_empty() && entry.waits.is_empty());
+    // Only a slot nobody else can reach may be kept: a waiter that left may still hold a
+    // reference for a moment.
+    let reusable = Arc::strong_count(&entry.slot) == 1;
+    if reusable && *idle < IDLE_ENTRIES {
+        *idle += 1;
+        return;
+    }
+    let (entry, _) = found.remove();
+    if reusable && spare.len() < SPARE_ENTRIES {
+        spare.push(entry);
+    }
+}
+
+/// A key's name: owned, or borrowed from a string its embedding keeps alive (a Python
+/// `str`, whose UTF-8 is fixed for its life), so that a handle costs no allocation.
+#[derive(Clone)]
+enum Name {
+    Owned(Arc<str>),
+    /// See [`Client::view_borrowed`] for why it stays valid.
+    Borrowed(NonNull<str>),
+}
+
+// SAFETY: a borrowed name is an immutable string that its owner keeps alive and
+// unchanged for as long as any view refers to it (`Client::view_borrowed`'s contract);
+// reading it from any thread is then sound.
+unsafe impl Send for Name {}
+// SAFETY: as for Send: it is only ever read.
+unsafe impl Sync for Name {}
+
+impl Name {
+    fn as_str(&self) -> &str {
+        match self {
+            Name::Owned(s) => s,
+            // SAFETY: valid and unchanged while any view holds it (see the type).
+            Name::Borrowed(p) => unsafe { p.as_ref() },
+        }
+    }
+
+    /// An owned copy, for an entry that outlives the handle that made it.
+    fn to_arc(&self) -> Arc<str> {
+        match self {
+            Name::Owned(s) => s.clone(),
+            Name::Borrowed(_) => Arc::from(self.as_str()),
         }
     }
 }
@@ -183,7 +286,7 @@ impl Table {
 /// A name and its hash, computed once per handle.
 #[derive(Clone)]
 struct Key {
-    name: Arc<str>,
+    name: Name,
     hash: u64,
 }
 
@@ -221,7 +324,7 @@ impl Scope {
         for shard in self.shards.iter() {
             let table = lock(shard);
             for e in table.entries.iter() {
-                if !e.name.starts_with(prefix) {
+                if e.pins == 0 || !e.name.starts_with(prefix) {
                     continue;
                 }
                 out.extend(e.holds.iter().map(|h| Info {
@@ -244,10 +347,14 @@ impl Scope {
         out
     }
 
-    /// How many names have an entry (held or waited for); for tests of the memory rule.
+    /// How many names have an entry (idle ones included; at most `IDLE_ENTRIES` per
+    /// shard more than those held or waited for); for tests of the memory rule.
     pub fn entries(&self) -> usize {
         self.shards.iter().map(|s| lock(s).entries.len()).sum()
     }
+
+    /// The most idle entries the scope keeps.
+    pub const IDLE: usize = SHARDS * IDLE_ENTRIES;
 }
 
 /// One manager of a scope.
@@ -287,7 +394,28 @@ impl Client {
         let hash = self.scope.hasher.hash_one(&*name);
         NamedView {
             client: self.clone(),
-            key: Key { name, hash },
+            key: Key {
+                name: Name::Owned(name),
+                hash,
+            },
+            mode,
+        }
+    }
+
+    /// [`Client::view`] over a name it does not copy.
+    ///
+    /// # Safety
+    /// `name` must stay valid and unchanged for as long as the view or any clone of it
+    /// lives (the binding's handle keeps the Python `str` it points into, and drops the
+    /// view first; the waits that clone a view live no longer than the handle).
+    pub unsafe fn view_borrowed(self: &Arc<Self>, name: &str, mode: Mode) -> NamedView {
+        let hash = self.scope.hasher.hash_one(name);
+        NamedView {
+            client: self.clone(),
+            key: Key {
+                name: Name::Borrowed(NonNull::from(name)),
+                hash,
+            },
             mode,
         }
     }
@@ -313,7 +441,7 @@ impl Client {
                             let h = e.holds.swap_remove(i);
                             releases.push((
                                 Key {
-                                    name: e.name.clone(),
+                                    name: Name::Owned(e.name.clone()),
                                     hash: e.hash,
                                 },
                                 e.slot.clone(),
@@ -386,6 +514,29 @@ pub struct NamedView {
     mode: Mode,
 }
 
+/// The wall-clock time of a grant, for `query()`. Linux's coarse clock: a read of the
+/// time of the last tick (a few ms old at most), where the precise clock costs a third
+/// of an uncontended named acquire on a virtual machine.
+#[cfg(target_os = "linux")]
+fn now_coarse() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is one Linux has.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0;
+    if !ok {
+        return now();
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+#[cfg(not(target_os = "linux"))]
+fn now_coarse() -> f64 {
+    now()
+}
+
+/// The wall-clock time, as `time.time()` reads it.
 fn now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -393,8 +544,8 @@ fn now() -> f64 {
 }
 
 impl NamedView {
-    pub fn name(&self) -> &Arc<str> {
-        &self.key.name
+    pub fn name(&self) -> &str {
+        self.key.name.as_str()
     }
 
     pub fn mode(&self) -> Mode {
@@ -440,30 +591,81 @@ impl NamedView {
         pick: impl FnOnce(&mut Vec<HoldRecord>) -> Option<HoldRecord>,
     ) -> bool {
         let mut table = lock(self.table());
-        let Some(entry) = table.find(&self.key) else {
+        let Table {
+            entries,
+            spare,
+            idle,
+            ..
+        } = &mut *table;
+        let Ok(mut found) = entries.find_entry(self.key.hash, same(&self.key)) else {
             return false;
         };
-        if pick(&mut entry.holds).is_none() {
+        if pick(&mut found.get_mut().holds).is_none() {
             return false;
         }
-        self.release_pinned(table);
+        if found.get().slot.release_uncontended(self.mode) {
+            unpin_found(found, spare, idle);
+            return true;
+        }
+        let slot = found.get().slot.clone();
+        drop(table);
+        self.release_handing_off(slot);
         true
     }
 
-    /// Give back one hold of this mode and its pin, with the shard locked.
-    fn release_pinned<'a>(&'a self, mut table: MutexGuard<'a, Table>) {
-        let entry = table.find(&self.key).expect("BUG: a hold with no entry");
-        if !entry.slot.release_uncontended(self.mode) {
-            // Someone waits: the hand-off wakes them, out of the shard mutex, with the
-            // entry still pinned by this hold.
-            let slot = entry.slot.clone();
-            drop(table);
-            let released = slot.release(self.mode);
-            debug_assert!(released, "BUG: a named hold was not held");
-            drop(slot);
-            table = lock(self.table());
+    /// Give back one hold of this mode that waiters may be queued for, and its pin. The
+    /// hand-off wakes them out of the shard mutex, with the entry still pinned by this
+    /// hold.
+    fn release_handing_off(&self, slot: Arc<Slot>) {
+        let released = slot.release(self.mode);
+        debug_assert!(released, "BUG: a named hold was not held");
+        drop(slot);
+        lock(self.table()).unpin(&self.key);
+    }
+
+    /// Try once; on success run `then` on the shard (still locked) and return its value.
+    /// Nothing is taken if the client is closed.
+    #[inline]
+    fn try_lock_with<T>(&self, then: impl FnOnce(&mut u64, &mut Entry) -> T) -> Option<T> {
+        let mut table = lock(self.table());
+        if self.client.is_closed() {
+            return None;
+        }
+        let Table {
+            entries,
+            spare,
+            fence,
+            idle,
+            ..
+        } = &mut *table;
+        let entry = Table::pin(entries, spare, idle, &self.key);
+        if entry.slot.try_lock(self.mode) {
+            return Some(then(fence, entry));
         }
         table.unpin(&self.key);
+        None
+    }
+
+    /// [`RawLock::try_lock`] and [`NamedView::record`] in one step (the uncontended
+    /// acquire of an `Unlock`): the fence if it took the lock. `None` if the lock is
+    /// taken or the client closed (the driver says which).
+    #[inline]
+    pub fn try_lock_recorded(&self, who: Who) -> Option<Result<u64, Failure>> {
+        let since = now_coarse();
+        self.try_lock_with(|last, entry| {
+            *last += 1;
+            let fence = *last;
+            entry.holds.push(HoldRecord {
+                fence,
+                mode: self.mode,
+                scoped: false,
+                client: self.client.id,
+                who,
+                since,
+                lost: None,
+            });
+            Ok(fence)
+        })
     }
 
     /// Release the hold with this fence (an `Unlock`'s).
@@ -529,22 +731,29 @@ impl RawLock for NamedView {
 
     #[inline]
     fn try_lock(&self) -> bool {
-        if self.client.is_closed() {
-            return false;
-        }
-        let mut table = lock(self.table());
-        let entry = table.pin(&self.key);
-        if entry.slot.try_lock(self.mode) {
-            return true;
-        }
-        table.unpin(&self.key);
-        false
+        self.try_lock_with(|_, _| ()).is_some()
     }
 
     /// A hold with no record (one a waiter that gave up passes on).
     fn unlock(&self) -> bool {
-        let table = lock(self.table());
-        self.release_pinned(table);
+        let mut table = lock(self.table());
+        let Table {
+            entries,
+            spare,
+            idle,
+            ..
+        } = &mut *table;
+        let Ok(found) = entries.find_entry(self.key.hash, same(&self.key)) else {
+            debug_assert!(false, "BUG: a hold of a name with no entry");
+            return false;
+        };
+        if found.get().slot.release_uncontended(self.mode) {
+            unpin_found(found, spare, idle);
+        } else {
+            let slot = found.get().slot.clone();
+            drop(table);
+            self.release_handing_off(slot);
+        }
         true
     }
 
@@ -554,7 +763,13 @@ impl RawLock for NamedView {
             let mut table = lock(self.table());
             table.wait_id += 1;
             let id = table.wait_id;
-            (table.pin(&self.key).slot.clone(), id)
+            let Table {
+                entries,
+                spare,
+                idle,
+                ..
+            } = &mut *table;
+            (Table::pin(entries, spare, idle, &self.key).slot.clone(), id)
         };
         let view = LockView::over(slot, self.mode);
         let inner = match view.enqueue(notify, compete) {
@@ -676,11 +891,11 @@ mod tests {
             let v = client.view(Arc::from(format!("n{i}")), Mode::Exclusive);
             crate::core::acquire::lock(&v, forever()).unwrap();
             let fence = v.record(false, Who::thread()).unwrap();
-            assert_eq!(scope.entries(), 1);
             assert!(v.release(fence));
             assert!(!v.release(fence), "released twice");
+            assert!(scope.entries() <= Scope::IDLE);
         }
-        assert_eq!(scope.entries(), 0);
+        assert!(scope.query("").is_empty());
     }
 
     #[test]
@@ -696,7 +911,7 @@ mod tests {
             assert!(fence > last);
             last = fence;
             assert!(v.release(fence));
-            assert_eq!(scope.entries(), 0);
+            assert!(scope.entries() <= 1);
         }
     }
 
@@ -726,6 +941,6 @@ mod tests {
         let f = vb.record(false, Who::thread()).unwrap();
         assert!(f > fence);
         assert!(vb.release(f));
-        assert_eq!(scope.entries(), 0);
+        assert!(scope.query("").is_empty());
     }
 }

@@ -6,7 +6,7 @@
 //! which reads the clock and releases the GIL while it waits. `with lock:` uses the fast
 //! path directly and creates no `Unlock` object.
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 
 use crate::core::acquire;
@@ -39,11 +39,8 @@ pub(crate) fn lock<K: Kind>(
     }
     let timeout = args::timeout(deadline, "deadline")?;
     let token = cancel::token(cancel)?.map(|t| &t.get().token);
-    if !blocking && deadline.is_some_and(|d| !d.is_none()) {
-        return Err(PyValueError::new_err(
-            "deadline cannot be given with blocking=False",
-        ));
-    }
+    // PyO3 passes `deadline=None` as `None`: only a number counts as given.
+    acquire::check_args(deadline.is_some(), blocking).map_err(|e| to_pyerr::<PyErr>(py, e))?;
     match acquire::try_first(kind, token, timeout, blocking) {
         Ok(true) => Ok(()),
         Ok(false) => lock_contended(py, kind, token, timeout),
@@ -60,7 +57,7 @@ fn lock_contended<K: Kind>(
     timeout: Timeout,
 ) -> PyResult<()> {
     acquire::check_backend(kind).map_err(|e| to_pyerr::<PyErr>(py, e))?;
-    if token.is_none() && timeout.is_never() {
+    if acquire::only_a_release_ends(token, timeout) {
         TaskOwner::check(kind)?;
     }
     blocking::lock(py, kind, token, timeout.deadline()).map_err(|e| to_pyerr(py, e))
@@ -86,11 +83,8 @@ pub(crate) fn enter<K: Kind>(py: Python<'_>, kind: &K) -> PyResult<()> {
 /// `try_acquire()`: the driver's rule 1 for the lock and one try; the hold taken up as
 /// an `Unlock`'s.
 pub(crate) fn try_once<K: Kind>(py: Python<'_>, kind: &K) -> PyResult<Option<Held>> {
-    match acquire::try_once::<K, PyErr>(kind) {
-        Ok(true) => taken_up(py, kind.take_up(false)).map(Some),
-        Ok(false) => Ok(None),
-        Err(e) => Err(to_pyerr(py, e)),
-    }
+    acquire::check_backend::<K, PyErr>(kind).map_err(|e| to_pyerr(py, e))?;
+    kind.try_take_up().map(|t| taken_up(py, t)).transpose()
 }
 
 /// A hold just acquired, taken up as scoped (`with`) or as an `Unlock`'s (see

@@ -71,7 +71,7 @@ pub(crate) fn enter<'py, K: Kind>(
         running_loop(py)?;
     }
     if RawLock::try_lock(kind) {
-        super::acquire::taken_up(py, kind.take_up(true))?;
+        super::acquire::taken_up(py, in_task(py, kind.names_owners(), || kind.take_up(true)))?;
         TaskOwner::set(kind);
         return Ready::done(py);
     }
@@ -88,6 +88,29 @@ pub(crate) fn exit<'py, K: Kind>(py: Python<'py>, kind: &K) -> PyResult<Bound<'p
     // `async with` runs on the task's loop thread, the thread its hold was tagged with.
     TaskOwner::clear(kind);
     Ready::done(py)
+}
+
+/// Run `f` (which records a hold or a wait) as the current asyncio task, for a kind
+/// that records who holds and waits (`query()`): the task's name goes with the record.
+fn in_task<T>(py: Python<'_>, names_owners: bool, f: impl FnOnce() -> T) -> T {
+    if !names_owners {
+        return f();
+    }
+    crate::core::named::as_task(current_task_name(py), f)
+}
+
+/// `asyncio.current_task().get_name()`, if there is a current task.
+fn current_task_name(py: Python<'_>) -> Option<std::sync::Arc<str>> {
+    static CURRENT_TASK: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let task = CURRENT_TASK
+        .import(py, "asyncio.tasks", "current_task")
+        .and_then(|f| f.call0())
+        .ok()?;
+    if task.is_none() {
+        return None;
+    }
+    let name = task.call_method0(intern!(py, "get_name")).ok()?;
+    Some(std::sync::Arc::from(name.extract::<String>().ok()?))
 }
 
 /// The running asyncio event loop of this thread, or a clear error: every wait needs one
@@ -290,13 +313,15 @@ impl Acquire {
         }
         let fut = event_loop.call_method0(intern!(py, "create_future"))?;
         let fut_iter = fut.try_iter()?;
-        let waiting = Waiting::queue(
-            self.owner.clone_ref(py),
-            event_loop.unbind(),
-            fut.unbind(),
-            cancel.cloned(),
-            timeout,
-        );
+        let waiting = in_task(py, self.owner.kind().names_owners(), || {
+            Waiting::queue(
+                self.owner.clone_ref(py),
+                event_loop.unbind(),
+                fut.unbind(),
+                cancel.cloned(),
+                timeout,
+            )
+        });
         if waiting.granted() {
             return self.finish(py, &waiting);
         }
@@ -305,13 +330,15 @@ impl Acquire {
 
     /// The value of an acquire that holds the lock.
     fn held(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        let kind = self.owner.kind();
+        let take_up = |scoped| in_task(py, kind.names_owners(), || kind.take_up(scoped));
         if self.want_unlock {
-            let held = super::acquire::taken_up(py, self.owner.kind().take_up(false))?;
+            let held = super::acquire::taken_up(py, take_up(false))?;
             let unlock = PyUnlock::new(self.owner.clone_ref(py), held);
             Ok(Some(Py::new(py, unlock)?.into_any()))
         } else {
-            super::acquire::taken_up(py, self.owner.kind().take_up(true))?;
-            TaskOwner::set(self.owner.kind());
+            super::acquire::taken_up(py, take_up(true))?;
+            TaskOwner::set(kind);
             Ok(None)
         }
     }

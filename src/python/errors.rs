@@ -3,7 +3,7 @@
 //! The exception classes are defined in `ctxlock/_errors.py` (`LockTimeout` has two
 //! bases, which an extension-made exception type cannot have) and imported here.
 
-use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
@@ -31,7 +31,7 @@ pub(crate) fn reason_object(py: Python<'_>, r: &Reason) -> Py<PyAny> {
 }
 
 /// The Python exception of an acquire that did not acquire. Every message is the core
-/// error's own (`AcquireError`'s `Display`). A token cancelled with a `LockTimeout`
+/// error's own (`AcquireError`'s `Display`); arguments that disagree raise `ValueError`. A token cancelled with a `LockTimeout`
 /// reason (its deadline, see `deadline_reason`) times the acquire out, with the reason
 /// as the cause; any other reason raises `Cancelled(reason)`.
 pub(crate) fn to_pyerr<E: Into<PyErr>>(py: Python<'_>, e: AcquireError<E>) -> PyErr {
@@ -56,6 +56,7 @@ pub(crate) fn to_pyerr<E: Into<PyErr>>(py: Python<'_>, e: AcquireError<E>) -> Py
         }
         AcquireError::Cancelled(r) => Cancelled::new_err((reason_object(py, &r),)),
         AcquireError::WouldBlock => WouldBlock::new_err(message),
+        AcquireError::DeadlineWithoutBlocking => PyValueError::new_err(message),
         AcquireError::Abandoned => PyRuntimeError::new_err(message),
         AcquireError::Backend(why) => BackendError::new_err((why,)),
         AcquireError::Interrupted(e) => e.into(),

@@ -36,6 +36,13 @@ pub(crate) trait Kind: RawLock + Clone + 'static {
     /// keeps what this returns). Fails, holding nothing, if the kind's backend failed
     /// meanwhile.
     fn take_up(&self, scoped: bool) -> Result<Held, String>;
+    /// The fast path of an `Unlock`'s acquire: try once, and take up the hold if it was
+    /// taken. `None` if the lock is taken (or cannot be acquired: the caller's slow path
+    /// says why). A kind may do both in one step.
+    #[inline]
+    fn try_take_up(&self) -> Option<Result<Held, String>> {
+        RawLock::try_lock(self).then(|| self.take_up(false))
+    }
     /// Release the hold of an `Unlock`; false if there is none any more.
     fn release_held(&self, held: Held) -> bool;
     /// The fence of a hold, for kinds that issue them.
@@ -44,6 +51,11 @@ pub(crate) trait Kind: RawLock + Clone + 'static {
     fn lost(&self, held: Held) -> Option<Lost>;
     /// Release one scoped hold; false if there is none.
     fn unlock_scoped(&self) -> bool;
+    /// Whether its holds and waits say who took them (then an asynchronous acquire
+    /// names its task: see `core::named::as_task`).
+    fn names_owners(&self) -> bool {
+        false
+    }
     fn tag_hold(&self, tag: u64);
     fn untag_hold(&self, tag: u64);
     fn has_tagged_hold(&self, tag: u64) -> bool;
@@ -109,6 +121,7 @@ pub(crate) trait DynKind: Send + Sync {
     fn unlock(&self) -> bool;
     fn enqueue(&self, notify: Notify, compete: Compete) -> Enqueued<Box<dyn RawWaiter>>;
     fn failure(&self) -> Option<String>;
+    fn names_owners(&self) -> bool;
     fn mode(&self) -> Mode;
     fn take_up(&self, scoped: bool) -> Result<Held, String>;
     fn release_held(&self, held: Held) -> bool;
@@ -139,6 +152,10 @@ impl<K: Kind> DynKind for K {
 
     fn failure(&self) -> Option<String> {
         RawLock::failure(self)
+    }
+
+    fn names_owners(&self) -> bool {
+        Kind::names_owners(self)
     }
 
     fn mode(&self) -> Mode {

@@ -20,8 +20,7 @@ macro_rules! lock_methods {
             }
 
             #[inline]
-            fn acquired<'py>(lock: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-                let held = $crate::python::acquire::taken_up(lock.py(), $crate::python::kind::Kind::take_up(lock.get().kind(), false))?;
+            fn acquired<'py>(lock: &Bound<'py, Self>, held: $crate::python::kind::Held) -> PyResult<Bound<'py, PyAny>> {
                 let owner = Self::owner(lock.clone().unbind());
                 Ok(Bound::new(lock.py(), PyUnlock::new(owner, held))?.into_any())
             }

@@ -72,18 +72,19 @@ fn scope_of(url: &str) -> PyResult<&'static Scope> {
     )))
 }
 
+fn not_a_str(name: &Bound<'_, PyAny>) -> PyErr {
+    let type_name = name
+        .get_type()
+        .name()
+        .map_or_else(|_| "?".to_owned(), |n| n.to_string());
+    PyTypeError::new_err(format!("lock name must be a str, not {type_name}"))
+}
+
 /// A lock name from Python: a non-empty str of at most 1024 UTF-8 bytes.
-fn name_of(name: &Bound<'_, PyAny>) -> PyResult<Arc<str>> {
-    let s = name.cast::<PyString>().map_err(|_| {
-        let type_name = name
-            .get_type()
-            .name()
-            .map_or_else(|_| "?".to_owned(), |n| n.to_string());
-        PyTypeError::new_err(format!("lock name must be a str, not {type_name}"))
-    })?;
-    let s = s.to_str()?;
-    check_name(s).map_err(PyValueError::new_err)?;
-    Ok(Arc::from(s))
+fn name_of<'py>(name: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
+    let s = name.cast::<PyString>().map_err(|_| not_a_str(name))?;
+    check_name(s.to_str()?).map_err(PyValueError::new_err)?;
+    Ok(s.clone())
 }
 
 #[pymethods]
@@ -131,11 +132,7 @@ impl PyLockManager {
     ///     TypeError: ``name`` is not a str.
     ///     ValueError: ``name`` is empty or longer than 1024 UTF-8 bytes.
     fn lock(slf: &Bound<'_, Self>, name: &Bound<'_, PyAny>) -> PyResult<PyNamedLock> {
-        let name = name_of(name)?;
-        Ok(PyNamedLock {
-            view: slf.get().client.view(name, Mode::Exclusive),
-            manager: slf.clone().unbind(),
-        })
+        PyNamedLock::new(slf, name_of(name)?, Mode::Exclusive)
     }
 
     /// The shared/exclusive lock of ``name``: ``.shared`` and ``.exclusive``, phase-fair.
@@ -147,18 +144,8 @@ impl PyLockManager {
         slf: &Bound<'_, Self>,
         name: &Bound<'_, PyAny>,
     ) -> PyResult<PyNamedSharableLock> {
-        let py = slf.py();
         let name = name_of(name)?;
-        let client = &slf.get().client;
-        let view = |mode| {
-            Py::new(
-                py,
-                PyNamedLock {
-                    view: client.view(name.clone(), mode),
-                    manager: slf.clone().unbind(),
-                },
-            )
-        };
+        let view = |mode| Py::new(slf.py(), PyNamedLock::new(slf, name.clone(), mode)?);
         Ok(PyNamedSharableLock {
             shared: view(Mode::Shared)?,
             exclusive: view(Mode::Exclusive)?,
@@ -251,7 +238,8 @@ pub(crate) struct PyLockInfo {
     state: &'static str,
     /// Who: ``"host:pid"``, then the thread's name (and the task's, where known).
     owner: String,
-    /// When the hold was granted or the wait began (a ``time.time()`` timestamp).
+    /// When the hold was granted or the wait began (a ``time.time()`` timestamp; a grant's
+    /// is read from the coarse clock, up to one clock tick, a few ms, early).
     since: f64,
 }
 
@@ -303,10 +291,34 @@ fn mode_name(mode: Mode) -> &'static str {
 /// once its manager is closed (or, at the other scopes, when the scope fails). Its
 /// ``Unlock`` has a ``fence`` and a ``lost`` token. ``locked()`` and ``statistics()``
 /// count the holds and waiters of every client of the scope.
-#[pyclass(name = "NamedLock", module = "ctxlock", frozen, weakref)]
+#[pyclass(name = "NamedLock", module = "ctxlock", frozen, freelist = 64, weakref)]
 pub(crate) struct PyNamedLock {
+    /// Borrows its name from `name` (dropped after it: fields drop in order).
     view: NamedView,
+    name: Py<PyString>,
     manager: Py<PyLockManager>,
+}
+
+impl PyNamedLock {
+    /// The handle of `name` (a checked lock name) in `mode`.
+    fn new(
+        manager: &Bound<'_, PyLockManager>,
+        name: Bound<'_, PyString>,
+        mode: Mode,
+    ) -> PyResult<Self> {
+        let client = &manager.get().client;
+        let text = name.to_str()?;
+        // SAFETY: `text` is the UTF-8 of `name`, which CPython keeps in the str object,
+        // unchanged, for its whole life (a str is immutable); the handle keeps `name`
+        // alive and drops `view` first, and every wait that clones the view holds the
+        // handle (through its `Owner`) or borrows it.
+        let view = unsafe { client.view_borrowed(text, mode) };
+        Ok(PyNamedLock {
+            view,
+            name: name.unbind(),
+            manager: manager.clone().unbind(),
+        })
+    }
 }
 
 impl PyNamedLock {
@@ -319,8 +331,8 @@ impl PyNamedLock {
 lock_methods!(PyNamedLock(NamedView) {
     /// The lock's name.
     #[getter]
-    fn name(&self) -> &str {
-        self.view.name()
+    fn name(&self, py: Python<'_>) -> Py<PyString> {
+        self.name.clone_ref(py)
     }
 
     /// ``"exclusive"`` or ``"shared"``.
@@ -340,7 +352,7 @@ lock_methods!(PyNamedLock(NamedView) {
         let state = if s.locked { "locked" } else { "unlocked" };
         format!(
             "<ctxlock.NamedLock {:?} {} {state} waiting={}>",
-            &**self.view.name(),
+            self.view.name(),
             mode_name(self.view.mode()),
             s.waiting
         )
@@ -359,8 +371,14 @@ pub(crate) struct PyNamedSharableLock {
 impl PyNamedSharableLock {
     /// The lock's name.
     #[getter]
-    fn name(&self) -> &str {
-        self.exclusive.get().view.name()
+    fn name(&self, py: Python<'_>) -> Py<PyString> {
+        self.exclusive.get().name.clone_ref(py)
+    }
+
+    /// The ``LockManager`` it came from.
+    #[getter]
+    fn manager(&self, py: Python<'_>) -> Py<PyLockManager> {
+        self.exclusive.get().manager.clone_ref(py)
     }
 
     /// The shared mode: its holders share the lock.
@@ -373,12 +391,6 @@ impl PyNamedSharableLock {
     #[getter]
     fn exclusive(&self, py: Python<'_>) -> Py<PyNamedLock> {
         self.exclusive.clone_ref(py)
-    }
-
-    /// The ``LockManager`` it came from.
-    #[getter]
-    fn manager(&self, py: Python<'_>) -> Py<PyLockManager> {
-        self.exclusive.get().manager.clone_ref(py)
     }
 
     fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<()> {
@@ -398,7 +410,7 @@ impl PyNamedSharableLock {
         };
         format!(
             "<ctxlock.NamedSharableLock {:?} {state} waiting={}>",
-            &**v.name(),
+            v.name(),
             exclusive.waiting
         )
     }
@@ -421,6 +433,12 @@ impl Kind for NamedView {
     }
 
     #[inline]
+    fn try_take_up(&self) -> Option<Result<Held, String>> {
+        self.try_lock_recorded(Who::thread())
+            .map(|r| r.map_err(|f| f.message().to_owned()))
+    }
+
+    #[inline]
     fn release_held(&self, held: Held) -> bool {
         self.release(held)
     }
@@ -435,6 +453,10 @@ impl Kind for NamedView {
 
     fn unlock_scoped(&self) -> bool {
         self.release_scoped(Who::thread().thread)
+    }
+
+    fn names_owners(&self) -> bool {
+        true
     }
 
     fn tag_hold(&self, tag: u64) {

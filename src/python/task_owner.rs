@@ -16,7 +16,9 @@ use super::kind::DynKind;
 /// hold ends only with the task's `__aexit__`, which runs on this loop, which this wait
 /// blocks. Nothing else is a provable deadlock, so nothing else raises: a wait with a
 /// deadline or a token ends (with `LockTimeout` or `Cancelled`), and a hold owned by an
-/// `Unlock` may be released from any thread (the task may have handed it to one).
+/// `Unlock` may be released from any thread (the task may have handed it to one). Which
+/// waits only a release can end is the core driver's to say
+/// (`core::acquire::only_a_release_ends`); the tags are this file's.
 pub(crate) struct TaskOwner;
 
 impl TaskOwner {

@@ -33,10 +33,8 @@ use pyo3::prelude::*;
 use pyo3::pyclass::boolean_struct::True;
 use pyo3::PyClass;
 
-use crate::core::raw::RawLock;
-
 use super::args;
-use super::kind::{Kind, Owner};
+use super::kind::{Held, Kind, Owner};
 
 /// The lock classes, whose `acquire` gets the hand-written entry point: every class
 /// `lock_methods!` generates the members for, whatever its kind of lock.
@@ -53,7 +51,7 @@ pub(crate) trait FastAcquire: PyClass<Frozen = True> + Sync {
     }
 
     /// The `Unlock` of a hold just taken through `lock`.
-    fn acquired<'py>(lock: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>>;
+    fn acquired<'py>(lock: &Bound<'py, Self>, held: Held) -> PyResult<Bound<'py, PyAny>>;
 
     /// The `acquire` PyO3 generated, which takes every call the fast path does not.
     fn generated() -> &'static OnceLock<ffi::PyCFunctionFastWithKeywords>;
@@ -95,16 +93,23 @@ unsafe extern "C" fn acquire<T: FastAcquire>(
         // SAFETY: `args` holds `nargs` positional arguments and then one value per keyword
         // name, all borrowed for the call; `kwnames` is NULL or a tuple of str.
         let fast = nargs == 0 && unsafe { plain_or_deadline(py, args, kwnames) };
-        if fast && RawLock::try_lock(lock.get().kind()) {
+        let taken = if fast {
+            Kind::try_take_up(lock.get().kind())
+        } else {
+            None
+        };
+        if let Some(taken) = taken {
             // On failure (out of memory) the value is dropped, which releases the hold,
-            // and the error is raised.
-            return T::acquired(lock).map_or_else(
-                |e| {
-                    e.restore(py);
-                    std::ptr::null_mut()
-                },
-                Bound::into_ptr,
-            );
+            // and the error is raised; a kind whose backend failed raises its error.
+            return super::acquire::taken_up(py, taken)
+                .and_then(|held| T::acquired(lock, held))
+                .map_or_else(
+                    |e| {
+                        e.restore(py);
+                        std::ptr::null_mut()
+                    },
+                    Bound::into_ptr,
+                );
         }
         // SAFETY: `kwnames` as above.
         if !fast && unsafe { has_keyword(py, kwnames, "timeout") } {
