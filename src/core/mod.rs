@@ -11,9 +11,9 @@
 //! - the in-process slot: `waiter`, `queue`, `state`, `slot`;
 //! - the kinds of lock and the nouns on top: `lock` (`LockView` is the in-process kind),
 //!   `stats` (what `statistics()` reports);
-//! - named locks: `named` (the contract and the `Session` seam every scope implements,
-//!   and `connect`, which picks one by url), `memory` (the in-process scope: a table of
-//!   slots by name, with fences and the records `query()` reads).
+//! - named locks: `named` (the contract and the `Session` seam every scope implements),
+//!   `memory` (the in-process scope: a table of slots by name, with fences and the
+//!   records `query()` reads), `scopes` (`connect`: one line per scope picks it by url).
 
 pub mod acquire;
 pub mod cancel;
@@ -30,6 +30,8 @@ pub mod park;
 pub(crate) mod queue;
 pub mod raw;
 pub(crate) mod runner;
+#[cfg(not(loom))]
+pub mod scopes;
 pub(crate) mod slot;
 pub(crate) mod state;
 pub mod stats;

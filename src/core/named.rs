@@ -7,8 +7,8 @@
 //! acquire driver, a thread's wait and a task's wait are the ones every kind uses, and
 //! the binding has one class for the named locks of every scope.
 //!
-//! The scopes, each in its own file, and the one line that picks one by url: [`connect`].
-//! - `memory:` ([`super::memory`]): the threads and tasks of this process.
+//! The scopes, each in its own file, and `scopes.rs`, where one line per scope picks it
+//! by url (`connect`).
 //!
 //! What a session adds to a lock, at every scope: a fence for each hold (per name,
 //! increasing in grant order), a record of each hold and waiter (`query()`), a `lost`
@@ -20,55 +20,12 @@ use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::cancel::{CancelToken, Reason};
-use super::memory::{MemoryClient, MemoryScope};
 use super::raw::{Compete, Enqueued, Notify, RawLock, RawWaiter};
 use super::stats::Statistics;
 use super::waiter::Mode;
 
 /// The longest name, in UTF-8 bytes (the contract's limit, the same at every scope).
 pub const MAX_NAME_BYTES: usize = 1024;
-
-/// The url schemes [`connect`] knows, as its errors list them.
-pub const SCHEMES: &str = "'memory:', 'file:///absolute/dir' or 'postgresql://user@host:port/db'";
-
-/// Why [`connect`] could not make a session.
-#[derive(Debug)]
-pub enum ConnectError {
-    /// The url names no scope this library has (a message for a `ValueError`).
-    BadUrl(String),
-    /// The scope cannot be reached (a message for a `BackendError`).
-    Backend(String),
-}
-
-/// A new session (a manager's client) of the scope `url` names. The one place that
-/// knows every scope.
-pub fn connect(url: &str) -> Result<Arc<dyn Session>, ConnectError> {
-    if url == "memory:" {
-        return Ok(MemoryClient::new(MemoryScope::get()));
-    }
-    if let Some(path) = url.strip_prefix("file://") {
-        if !path.starts_with('/') {
-            return Err(ConnectError::BadUrl(format!(
-                "LockManager url {url:?} needs an absolute directory: 'file:///absolute/dir'"
-            )));
-        }
-        return Err(ConnectError::Backend(
-            "the processes-of-this-machine scope ('file:///dir') is not available in this \
-             version of ctxlock; use 'memory:'"
-                .to_owned(),
-        ));
-    }
-    if url.starts_with("postgresql://") || url.starts_with("postgres://") {
-        return Err(ConnectError::Backend(
-            "the PostgreSQL scope ('postgresql://…') is not available in this version of \
-             ctxlock; use 'memory:'"
-                .to_owned(),
-        ));
-    }
-    Err(ConnectError::BadUrl(format!(
-        "LockManager url {url:?} has an unsupported scheme; the supported ones are {SCHEMES}"
-    )))
-}
 
 /// One client of a scope: what a kind of named lock implements.
 ///

@@ -12,7 +12,8 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyString;
 
-use crate::core::named::{check_name, connect, ConnectError, Info, Key, NamedView, Session, Who};
+use crate::core::named::{check_name, Info, Key, NamedView, Session, Who};
+use crate::core::scopes::{connect, ConnectError};
 use crate::core::stats::Statistics;
 use crate::core::waiter::Mode;
 
