@@ -34,10 +34,12 @@ pub use crate::core::lock::{forever, Lock, LockView, SharableLock};
 /// Named locks of the in-process scope (`LockManager("memory:")` in Python).
 #[cfg(not(loom))]
 pub use crate::core::named::{
-    as_task, check_name, Client, Failure, Info, Lost, NamedView, NamedWaiter, Scope, Who, MAX_NAME_BYTES,
+    as_task, check_name, Failure, Info, Key, Lost, NamedView, Session, Who, MAX_NAME_BYTES,
 };
 pub use crate::core::park::Interrupt;
 pub use crate::core::raw::{Compete, Enqueued, Notify, RawLock, RawWaiter, Status};
+#[cfg(not(loom))]
+pub use crate::core::scopes::{connect, ConnectError, SCHEMES};
 pub use crate::core::unlock::Hold;
 pub use crate::core::wait::{ThreadWait, Wait, Woken};
 

@@ -10,8 +10,10 @@
 //!   task's wait), `acquire` (the argument rules), `unlock` (the once-only release);
 //! - the in-process slot: `waiter`, `queue`, `state`, `slot`;
 //! - the kinds of lock and the nouns on top: `lock` (`LockView` is the in-process kind),
-//!   `stats` (what `statistics()` reports), `named` (the named locks of the in-process
-//!   scope: a table of slots by name, with fences and the records `query()` reads).
+//!   `stats` (what `statistics()` reports);
+//! - named locks: `named` (the contract and the `Session` seam every scope implements),
+//!   `memory` (the in-process scope: a table of slots by name, with fences and the
+//!   records `query()` reads), `scopes` (`connect`: one line per scope picks it by url).
 
 pub mod acquire;
 pub mod cancel;
@@ -21,11 +23,15 @@ pub mod fork;
 pub(crate) mod give_up;
 pub mod lock;
 #[cfg(not(loom))]
+pub(crate) mod memory;
+#[cfg(not(loom))]
 pub mod named;
 pub mod park;
 pub(crate) mod queue;
 pub mod raw;
 pub(crate) mod runner;
+#[cfg(not(loom))]
+pub mod scopes;
 pub(crate) mod slot;
 pub(crate) mod state;
 pub mod stats;

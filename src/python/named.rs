@@ -4,6 +4,7 @@
 //! The rules are the core's (`core/named.rs` for the scope, the driver for acquiring);
 //! this file parses the url and the names and says who a holder is.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -11,7 +12,8 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyString;
 
-use crate::core::named::{check_name, Client, Info, NamedView, Scope, Who};
+use crate::core::named::{check_name, Info, Key, NamedView, Session, Who};
+use crate::core::scopes::{connect, ConnectError};
 use crate::core::stats::Statistics;
 use crate::core::waiter::Mode;
 
@@ -19,9 +21,6 @@ use super::errors::{backend_reason, BackendError};
 use super::kind::{Held, Kind, Lost};
 use super::lock::lock_methods;
 use super::unlock::PyUnlock;
-
-/// The schemes a `LockManager` url may have, as its errors list them.
-const SCHEMES: &str = "'memory:', 'file:///absolute/dir' or 'postgresql://user@host:port/db'";
 
 /// Named locks shared by every client of one scope: this process (``"memory:"``, the
 /// default), the processes of this machine (``"file:///dir"``) or many machines
@@ -41,35 +40,9 @@ const SCHEMES: &str = "'memory:', 'file:///absolute/dir' or 'postgresql://user@h
 ///     BackendError: the scope cannot be reached (or is not available in this build).
 #[pyclass(name = "LockManager", module = "ctxlock", frozen, weakref)]
 pub(crate) struct PyLockManager {
-    client: Arc<Client>,
+    session: Arc<dyn Session>,
     url: String,
-}
-
-/// Which scope a url names.
-fn scope_of(url: &str) -> PyResult<&'static Scope> {
-    if url == "memory:" {
-        return Ok(Scope::memory());
-    }
-    if let Some(path) = url.strip_prefix("file://") {
-        if !path.starts_with('/') {
-            return Err(PyValueError::new_err(format!(
-                "LockManager url {url:?} needs an absolute directory: 'file:///absolute/dir'"
-            )));
-        }
-        return Err(BackendError::new_err((
-            "the processes-of-this-machine scope ('file:///dir') is not available in this \
-             version of ctxlock; use 'memory:'",
-        )));
-    }
-    if url.starts_with("postgresql://") || url.starts_with("postgres://") {
-        return Err(BackendError::new_err((
-            "the PostgreSQL scope ('postgresql://…') is not available in this version of \
-             ctxlock; use 'memory:'",
-        )));
-    }
-    Err(PyValueError::new_err(format!(
-        "LockManager url {url:?} has an unsupported scheme; the supported ones are {SCHEMES}"
-    )))
+    closed: AtomicBool,
 }
 
 fn not_a_str(name: &Bound<'_, PyAny>) -> PyErr {
@@ -85,6 +58,13 @@ fn name_of<'py>(name: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
     let s = name.cast::<PyString>().map_err(|_| not_a_str(name))?;
     check_name(s.to_str()?).map_err(PyValueError::new_err)?;
     Ok(s.clone())
+}
+
+impl PyLockManager {
+    fn is_closed(&self) -> bool {
+        // ORDERING: a snapshot.
+        self.closed.load(Ordering::Relaxed)
+    }
 }
 
 #[pymethods]
@@ -107,10 +87,14 @@ impl PyLockManager {
                 .to_str()?
                 .to_owned(),
         };
-        let scope = scope_of(&url)?;
+        let session = connect(&url).map_err(|e| match e {
+            ConnectError::BadUrl(why) => PyValueError::new_err(why),
+            ConnectError::Backend(why) => BackendError::new_err((why,)),
+        })?;
         Ok(PyLockManager {
-            client: Client::new(scope),
+            session,
             url,
+            closed: AtomicBool::new(false),
         })
     }
 
@@ -123,7 +107,7 @@ impl PyLockManager {
     /// True once ``close()`` was called.
     #[getter]
     fn closed(&self) -> bool {
-        self.client.is_closed()
+        self.is_closed()
     }
 
     /// The exclusive lock of ``name`` (the exclusive mode of ``sharable_lock(name)``).
@@ -156,7 +140,7 @@ impl PyLockManager {
     /// the scope, as ``LockInfo`` objects (ordered by name, then by ``since``).
     #[pyo3(signature = (prefix = ""))]
     fn query(&self, py: Python<'_>, prefix: &str) -> PyResult<Vec<PyLockInfo>> {
-        let infos = self.client.scope().query(prefix);
+        let infos = self.session.query(prefix);
         let names = thread_names(py)?;
         let host = host_and_pid(py)?;
         Ok(infos
@@ -169,13 +153,14 @@ impl PyLockManager {
     /// ``BackendError``), its waiters and later acquires raise ``BackendError``. Other
     /// managers of the scope are not affected. Calling it again does nothing.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        if self.client.is_closed() {
+        // ORDERING: only decides which call closes; the session orders the rest.
+        if self.closed.swap(true, Ordering::Relaxed) {
             return Ok(());
         }
         let reason = backend_reason(py, "the LockManager was closed")?;
-        let client = self.client.clone();
+        let session = self.session.clone();
         // Releases may hand locks to blocked threads; nothing here needs the GIL.
-        py.detach(move || client.close(reason));
+        py.detach(move || session.close(reason));
         Ok(())
     }
 
@@ -193,11 +178,7 @@ impl PyLockManager {
     }
 
     fn __repr__(&self) -> String {
-        let state = if self.client.is_closed() {
-            " closed"
-        } else {
-            ""
-        };
+        let state = if self.is_closed() { " closed" } else { "" };
         format!("<ctxlock.LockManager {:?}{state}>", self.url)
     }
 }
@@ -306,13 +287,13 @@ impl PyNamedLock {
         name: Bound<'_, PyString>,
         mode: Mode,
     ) -> PyResult<Self> {
-        let client = &manager.get().client;
         let text = name.to_str()?;
         // SAFETY: `text` is the UTF-8 of `name`, which CPython keeps in the str object,
         // unchanged, for its whole life (a str is immutable); the handle keeps `name`
         // alive and drops `view` first, and every wait that clones the view holds the
         // handle (through its `Owner`) or borrows it.
-        let view = unsafe { client.view_borrowed(text, mode) };
+        let key = unsafe { Key::borrowed(text) };
+        let view = NamedView::new(manager.get().session.clone(), key, mode);
         Ok(PyNamedLock {
             view,
             name: name.unbind(),
@@ -428,14 +409,13 @@ impl Kind for NamedView {
 
     #[inline]
     fn take_up(&self, scoped: bool) -> Result<Held, String> {
-        self.record(scoped, Who::thread())
-            .map_err(|f| f.message().to_owned())
+        self.record(scoped, Who::thread()).map_err(|f| f.0)
     }
 
     #[inline]
     fn try_take_up(&self) -> Option<Result<Held, String>> {
         self.try_lock_recorded(Who::thread())
-            .map(|r| r.map_err(|f| f.message().to_owned()))
+            .map(|r| r.map_err(|f| f.0))
     }
 
     #[inline]
@@ -460,15 +440,15 @@ impl Kind for NamedView {
     }
 
     fn tag_hold(&self, tag: u64) {
-        self.with_slot(|v| v.tag_hold(tag));
+        NamedView::tag_hold(self, tag)
     }
 
     fn untag_hold(&self, tag: u64) {
-        self.with_slot(|v| v.untag_hold(tag));
+        NamedView::untag_hold(self, tag)
     }
 
     fn has_tagged_hold(&self, tag: u64) -> bool {
-        self.with_slot(|v| v.has_tagged_hold(tag)).unwrap_or(false)
+        NamedView::has_tagged_hold(self, tag)
     }
 
     fn statistics(&self) -> Statistics {

@@ -1,0 +1,841 @@
+//! The in-process scope of named locks (`LockManager("memory:")`): a lock per name that
+//! exists only while somebody holds or waits for it (and a bounded number of idle ones).
+//!
+//! A [`MemoryScope`] is a table of entries, split in shards by the name's hash; an entry
+//! is a [`Slot`] (the in-process kind: queue, phase-fair shared/exclusive, hand-off) plus
+//! what the contract adds to a named lock: the records of its holds (fence, owner,
+//! since) and of its waiters, for `query()` and `close()`. A [`MemoryClient`] is one
+//! manager, a [`Session`]: every manager of the scope sees the same entries.
+//!
+//! Fences come from a counter per shard, under the shard's mutex: a name always falls in
+//! the same shard, so its fences increase in grant order even after its entry was freed
+//! and made again (a per-entry counter would start over).
+//!
+//! No wake-up runs under a shard mutex (a task's doorbell may need the interpreter,
+//! whose holder may be waiting for this mutex): a release that must hand the slot over
+//! does so after the mutex is let go, with the entry pinned.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
+
+use hashbrown::hash_table::{self, HashTable};
+
+use super::cancel::{CancelToken, Reason};
+use super::lock::LockView;
+use super::named::{now, now_coarse, Failure, Info, Key, Lost, Session, Who};
+use super::raw::{Compete, Enqueued, Notify, RawLock, RawWaiter, Status};
+use super::slot::{Policy, Slot, SlotWaiter};
+use super::stats::Statistics;
+use super::sync::{lock, AtomicU64, Mutex, Ordering};
+use super::waiter::{Mode, Waiter};
+
+/// Shards of a scope's table: enough that threads locking different names rarely meet
+/// on one mutex, few enough that `query()` walks them quickly.
+const SHARDS: usize = 64;
+
+/// Idle entries a shard keeps for reuse, so that a name used once does not cost
+/// allocations and frees (an entry and its slot are about 250 bytes: 64 × 8 of them
+/// are 128 KB at most).
+const SPARE_ENTRIES: usize = 8;
+
+/// Idle entries a shard keeps in its table (see `Entry`): 64 × 32 names that were used
+/// and may be again, about 0.5 MB at most, however many names are used.
+const IDLE_ENTRIES: usize = 32;
+
+struct HoldRecord {
+    /// The hold's fence, unique in its shard: also how its `Unlock` finds it.
+    fence: u64,
+    mode: Mode,
+    /// Taken by a scope (`with`): released by whoever ends a scope, not by an `Unlock`.
+    scoped: bool,
+    client: u64,
+    who: Who,
+    since: f64,
+    /// Made when first asked for (most holds never are); cancelled if the hold is lost.
+    lost: Option<CancelToken>,
+}
+
+struct WaitRecord {
+    id: u64,
+    mode: Mode,
+    client: u64,
+    who: Who,
+    since: f64,
+    /// Woken when its client closes, so that the wait sees the failure.
+    waiter: Arc<Waiter>,
+}
+
+/// The lock of one name while anybody holds or waits for it.
+///
+/// # Invariants
+/// - An entry is in its shard's table while `pins > 0`; an idle one (`pins == 0`:
+///   nobody holds or waits for it) may stay, at most `IDLE_ENTRIES` per shard, so that a
+///   name used again and again is not made and freed each time.
+/// - `pins` counts the holds of `slot` (each hold started by a try or a grant pins the
+///   entry until it is released) and its queued waiters. So when `pins` falls to 0,
+///   nobody holds or waits for the slot, and the entry may go: nobody can be left on a
+///   slot that a later acquire of the same name would not find.
+/// - `holds` has one record per hold that the caller took up (`NamedView::record`);
+///   a hold in between (just granted, or passed on by a waiter that gave up) has none.
+struct Entry {
+    name: Arc<str>,
+    hash: u64,
+    slot: Arc<Slot>,
+    pins: usize,
+    holds: Vec<HoldRecord>,
+    waits: Vec<WaitRecord>,
+}
+
+#[derive(Default)]
+struct Table {
+    entries: HashTable<Entry>,
+    /// The last fence issued by this shard.
+    fence: u64,
+    /// The last wait id issued by this shard.
+    wait_id: u64,
+    /// Entries that went idle, kept for reuse with their slot and record vectors, so
+    /// that a name used once costs no allocation (see `SPARE_ENTRIES`).
+    spare: Vec<Entry>,
+    /// Entries in `entries` with no pin (see `Entry`).
+    idle: usize,
+}
+
+fn same(key: &Key) -> impl Fn(&Entry) -> bool + '_ {
+    let name = key.name();
+    move |e| {
+        std::ptr::eq(e.name.as_ptr(), name.as_ptr()) && e.name.len() == name.len()
+            || *e.name == *name
+    }
+}
+
+impl Table {
+    fn find(&mut self, key: &Key) -> Option<&mut Entry> {
+        self.entries.find_mut(key.hash(), same(key))
+    }
+
+    /// The entry of `key`, made if absent; pinned once more.
+    fn pin<'t>(
+        entries: &'t mut HashTable<Entry>,
+        spare: &mut Vec<Entry>,
+        idle: &mut usize,
+        key: &Key,
+    ) -> &'t mut Entry {
+        let entry = match entries.entry(key.hash(), same(key), |e| e.hash) {
+            hash_table::Entry::Occupied(found) => {
+                let entry = found.into_mut();
+                if entry.pins == 0 {
+                    *idle -= 1;
+                }
+                entry
+            }
+            hash_table::Entry::Vacant(vacant) => {
+                let entry = match spare.pop() {
+                    Some(mut e) => {
+                        e.name = key.to_arc();
+                        e.hash = key.hash();
+                        e
+                    }
+                    None => Entry {
+                        name: key.to_arc(),
+                        hash: key.hash(),
+                        slot: Arc::new(Slot::new(Policy::Fair)),
+                        pins: 0,
+                        holds: Vec::new(),
+                        waits: Vec::new(),
+                    },
+                };
+                vacant.insert(entry).into_mut()
+            }
+        };
+        entry.pins += 1;
+        entry
+    }
+
+    /// Drop one pin of `key`'s entry (see [`unpin_found`]).
+    fn unpin(&mut self, key: &Key) {
+        let Table {
+            entries,
+            spare,
+            idle,
+            ..
+        } = self;
+        match entries.find_entry(key.hash(), same(key)) {
+            Ok(found) => unpin_found(found, spare, idle),
+            Err(_) => debug_assert!(false, "BUG: unpin of a name with no entry"),
+        }
+    }
+}
+
+/// Drop one pin of an entry already found. When it was the last, the entry stays idle
+/// if its shard has room for one more, else it goes (to `spare`, if that has room).
+fn unpin_found(
+    mut found: hash_table::OccupiedEntry<'_, Entry>,
+    spare: &mut Vec<Entry>,
+    idle: &mut usize,
+) {
+    let entry = found.get_mut();
+    entry.pins -= 1;
+    if entry.pins > 0 {
+        return;
+    }
+    debug_assert!(entry.holds.is_empty() && entry.waits.is_empty());
+    // Only a slot nobody else can reach may be kept: a waiter that left may still hold a
+    // reference for a moment.
+    let reusable = Arc::strong_count(&entry.slot) == 1;
+    if reusable && *idle < IDLE_ENTRIES {
+        *idle += 1;
+        return;
+    }
+    let (entry, _) = found.remove();
+    if reusable && spare.len() < SPARE_ENTRIES {
+        spare.push(entry);
+    }
+}
+
+/// Every named lock of the in-process scope: one per process ([`MemoryScope::get`]);
+/// every manager of `"memory:"` is a client of the same locks.
+pub struct MemoryScope {
+    shards: Box<[Mutex<Table>]>,
+    clients: AtomicU64,
+}
+
+impl MemoryScope {
+    fn new() -> MemoryScope {
+        MemoryScope {
+            shards: (0..SHARDS).map(|_| Mutex::new(Table::default())).collect(),
+            clients: AtomicU64::new(0),
+        }
+    }
+
+    /// The in-process scope.
+    pub fn get() -> &'static MemoryScope {
+        static MEMORY: OnceLock<MemoryScope> = OnceLock::new();
+        MEMORY.get_or_init(MemoryScope::new)
+    }
+
+    fn shard(&self, hash: u64) -> &Mutex<Table> {
+        // The low bits pick the bucket inside a table; the high ones pick the shard.
+        &self.shards[(hash >> 58) as usize % SHARDS]
+    }
+
+    /// Every hold and waiter of every client whose name starts with `prefix`.
+    fn query(&self, prefix: &str) -> Vec<Info> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let table = lock(shard);
+            for e in table.entries.iter() {
+                if e.pins == 0 || !e.name.starts_with(prefix) {
+                    continue;
+                }
+                out.extend(e.holds.iter().map(|h| Info {
+                    name: e.name.clone(),
+                    mode: h.mode,
+                    held: true,
+                    who: h.who.clone(),
+                    since: h.since,
+                }));
+                out.extend(e.waits.iter().map(|w| Info {
+                    name: e.name.clone(),
+                    mode: w.mode,
+                    held: false,
+                    who: w.who.clone(),
+                    since: w.since,
+                }));
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name).then(a.since.total_cmp(&b.since)));
+        out
+    }
+
+    /// How many names have an entry (idle ones included; at most `IDLE_ENTRIES` per
+    /// shard more than those held or waited for); for tests of the memory rule.
+    #[cfg(test)]
+    pub fn entries(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).entries.len()).sum()
+    }
+
+    /// The most idle entries the scope keeps.
+    #[cfg(test)]
+    pub const IDLE: usize = SHARDS * IDLE_ENTRIES;
+}
+
+/// One manager of a scope.
+///
+/// # Invariants
+/// `closed` goes from false to true once, before `close` walks the shards; every
+/// record is added under its shard's mutex after reading `closed` there. So a record is
+/// either seen by `close` (which ends it) or was never added (its adder saw `closed`).
+pub struct MemoryClient {
+    scope: &'static MemoryScope,
+    id: u64,
+    closed: AtomicBool,
+}
+
+impl MemoryClient {
+    pub fn new(scope: &'static MemoryScope) -> Arc<MemoryClient> {
+        // ORDERING: a unique number; nothing else is published with it.
+        let id = scope.clients.fetch_add(1, Ordering::Relaxed) + 1;
+        Arc::new(MemoryClient {
+            scope,
+            id,
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    pub fn is_closed(&self) -> bool {
+        // ORDERING: SeqCst, the flag of the invariant: set before the shards are walked.
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// End every hold of this client (each `lost` token is cancelled with `reason`, and
+    /// the lock goes to the next waiter) and fail its waiters; later acquires fail.
+    /// Returns how many holds ended. Idempotent.
+    fn close_all(&self, reason: Reason) -> usize {
+        // ORDERING: SeqCst: see the invariants; read under each shard's mutex.
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return 0;
+        }
+        let mut ended = 0;
+        for shard in self.scope.shards.iter() {
+            let mut releases = Vec::new();
+            let mut wake = Vec::new();
+            {
+                let mut table = lock(shard);
+                for e in table.entries.iter_mut() {
+                    let mut i = 0;
+                    while i < e.holds.len() {
+                        if e.holds[i].client == self.id {
+                            let h = e.holds.swap_remove(i);
+                            releases.push((
+                                Key::with_hash(e.name.clone(), e.hash),
+                                e.slot.clone(),
+                                h.mode,
+                                h.lost,
+                            ));
+                        } else {
+                            i += 1;
+                        }
+                    }
+                    wake.extend(
+                        e.waits
+                            .iter()
+                            .filter(|w| w.client == self.id)
+                            .map(|w| w.waiter.clone()),
+                    );
+                }
+            }
+            // Out of the mutex: a hand-off or a token's callbacks may wake tasks.
+            for w in wake {
+                w.wake();
+            }
+            for (key, slot, mode, lost) in releases {
+                let released = slot.release(mode);
+                debug_assert!(released, "BUG: a recorded hold was not held");
+                drop(slot);
+                lock(shard).unpin(&key);
+                if let Some(t) = lost {
+                    t.cancel(reason.clone());
+                }
+                ended += 1;
+            }
+        }
+        ended
+    }
+
+    fn failure(&self) -> Option<Failure> {
+        self.is_closed().then(Failure::closed)
+    }
+}
+
+/// A name of the memory scope in one mode, as one client acquires it (made per call).
+struct View<'a> {
+    client: &'a MemoryClient,
+    key: &'a Key,
+    mode: Mode,
+}
+
+impl View<'_> {
+    fn table(&self) -> &Mutex<Table> {
+        self.client.scope.shard(self.key.hash())
+    }
+
+    /// Take up a hold this view just acquired (by a try or a grant): record it and give
+    /// it its fence. If the client closed meanwhile, the hold is given back and the
+    /// acquire fails.
+    pub fn record(&self, scoped: bool, who: Who) -> Result<u64, Failure> {
+        let since = now();
+        let mut table = lock(self.table());
+        if self.client.is_closed() {
+            drop(table);
+            self.unlock();
+            return Err(Failure::closed());
+        }
+        table.fence += 1;
+        let fence = table.fence;
+        let entry = table
+            .find(self.key)
+            .expect("BUG: a hold of a name with no entry");
+        entry.holds.push(HoldRecord {
+            fence,
+            mode: self.mode,
+            scoped,
+            client: self.client.id,
+            who,
+            since,
+            lost: None,
+        });
+        Ok(fence)
+    }
+
+    /// Release the hold whose record `pick` finds (and removes). False if there is none
+    /// (released already, or ended by `close`).
+    fn release_record(
+        &self,
+        pick: impl FnOnce(&mut Vec<HoldRecord>) -> Option<HoldRecord>,
+    ) -> bool {
+        let mut table = lock(self.table());
+        let Table {
+            entries,
+            spare,
+            idle,
+            ..
+        } = &mut *table;
+        let Ok(mut found) = entries.find_entry(self.key.hash(), same(self.key)) else {
+            return false;
+        };
+        if pick(&mut found.get_mut().holds).is_none() {
+            return false;
+        }
+        if found.get().slot.release_uncontended(self.mode) {
+            unpin_found(found, spare, idle);
+            return true;
+        }
+        let slot = found.get().slot.clone();
+        drop(table);
+        self.release_handing_off(slot);
+        true
+    }
+
+    /// Give back one hold of this mode that waiters may be queued for, and its pin. The
+    /// hand-off wakes them out of the shard mutex, with the entry still pinned by this
+    /// hold.
+    fn release_handing_off(&self, slot: Arc<Slot>) {
+        let released = slot.release(self.mode);
+        debug_assert!(released, "BUG: a named hold was not held");
+        drop(slot);
+        lock(self.table()).unpin(self.key);
+    }
+
+    /// Try once; on success run `then` on the shard (still locked) and return its value.
+    /// Nothing is taken if the client is closed.
+    #[inline]
+    fn try_lock_with<T>(&self, then: impl FnOnce(&mut u64, &mut Entry) -> T) -> Option<T> {
+        let mut table = lock(self.table());
+        if self.client.is_closed() {
+            return None;
+        }
+        let Table {
+            entries,
+            spare,
+            fence,
+            idle,
+            ..
+        } = &mut *table;
+        let entry = Table::pin(entries, spare, idle, self.key);
+        if entry.slot.try_lock(self.mode) {
+            return Some(then(fence, entry));
+        }
+        table.unpin(self.key);
+        None
+    }
+
+    /// [`RawLock::try_lock`] and [`NamedView::record`] in one step (the uncontended
+    /// acquire of an `Unlock`): the fence if it took the lock. `None` if the lock is
+    /// taken or the client closed (the driver says which).
+    #[inline]
+    pub fn try_lock_recorded(&self, who: Who) -> Option<Result<u64, Failure>> {
+        let since = now_coarse();
+        self.try_lock_with(|last, entry| {
+            *last += 1;
+            let fence = *last;
+            entry.holds.push(HoldRecord {
+                fence,
+                mode: self.mode,
+                scoped: false,
+                client: self.client.id,
+                who,
+                since,
+                lost: None,
+            });
+            Ok(fence)
+        })
+    }
+
+    /// Release the hold with this fence (an `Unlock`'s).
+    pub fn release(&self, fence: u64) -> bool {
+        self.release_record(|holds| {
+            let i = holds.iter().position(|h| h.fence == fence && !h.scoped)?;
+            Some(holds.swap_remove(i))
+        })
+    }
+
+    /// Release one scoped hold of this mode, the calling thread's if it has one. False
+    /// if there is none.
+    pub fn release_scoped(&self, thread: u64) -> bool {
+        let mode = self.mode;
+        self.release_record(|holds| {
+            let mine = |h: &HoldRecord| h.scoped && h.mode == mode;
+            let i = holds
+                .iter()
+                .rposition(|h| mine(h) && h.who.thread == thread)
+                .or_else(|| holds.iter().rposition(mine))?;
+            Some(holds.remove(i))
+        })
+    }
+
+    /// The `lost` token of the hold with this fence.
+    pub fn lost(&self, fence: u64) -> Lost {
+        let mut table = lock(self.table());
+        let Some(entry) = table.find(self.key) else {
+            return Lost::Ended;
+        };
+        match entry.holds.iter_mut().find(|h| h.fence == fence) {
+            Some(h) => Lost::Live(h.lost.get_or_insert_with(|| CancelToken::new(None)).clone()),
+            None => Lost::Ended,
+        }
+    }
+
+    /// A snapshot of this name in this mode, across every client of the scope.
+    pub fn statistics(&self) -> Statistics {
+        let slot = {
+            let mut table = lock(self.table());
+            match table.find(self.key) {
+                Some(e) => e.slot.clone(),
+                None => return Statistics::default(),
+            }
+        };
+        LockView::over(slot, self.mode).statistics()
+    }
+
+    /// Run `f` on the slot of this name, if it has an entry (for the embedding's tags).
+    pub fn with_slot<T>(&self, f: impl FnOnce(&LockView) -> T) -> Option<T> {
+        let slot = lock(self.table()).find(self.key).map(|e| e.slot.clone())?;
+        Some(f(&LockView::over(slot, self.mode)))
+    }
+}
+
+/// What the acquire driver does on a name of this scope: the slot of its entry, pinned.
+impl View<'_> {
+    #[inline]
+    fn try_lock(&self) -> bool {
+        self.try_lock_with(|_, _| ()).is_some()
+    }
+
+    /// A hold with no record (one a waiter that gave up passes on).
+    fn unlock(&self) -> bool {
+        let mut table = lock(self.table());
+        let Table {
+            entries,
+            spare,
+            idle,
+            ..
+        } = &mut *table;
+        let Ok(found) = entries.find_entry(self.key.hash(), same(self.key)) else {
+            debug_assert!(false, "BUG: a hold of a name with no entry");
+            return false;
+        };
+        if found.get().slot.release_uncontended(self.mode) {
+            unpin_found(found, spare, idle);
+        } else {
+            let slot = found.get().slot.clone();
+            drop(table);
+            self.release_handing_off(slot);
+        }
+        true
+    }
+
+    fn enqueue(
+        &self,
+        client: Arc<MemoryClient>,
+        notify: Notify,
+        compete: Compete,
+    ) -> Enqueued<Box<dyn RawWaiter>> {
+        let who = Who::thread();
+        let (slot, id) = {
+            let mut table = lock(self.table());
+            table.wait_id += 1;
+            let id = table.wait_id;
+            let Table {
+                entries,
+                spare,
+                idle,
+                ..
+            } = &mut *table;
+            (Table::pin(entries, spare, idle, self.key).slot.clone(), id)
+        };
+        let view = LockView::over(slot, self.mode);
+        let inner = match view.enqueue(notify, compete) {
+            Enqueued::Acquired => return Enqueued::Acquired,
+            Enqueued::Queued(w) => w,
+        };
+        {
+            let mut table = lock(self.table());
+            let entry = table.find(self.key).expect("BUG: a waiter with no entry");
+            entry.waits.push(WaitRecord {
+                id,
+                mode: self.mode,
+                client: self.client.id,
+                who,
+                since: now(),
+                waiter: inner.waiter.clone(),
+            });
+        }
+        // A close that walked the shards before the record was in: wake ourselves, so
+        // the wait sees the failure (see `Client`'s invariants).
+        if self.client.is_closed() {
+            inner.waiter.wake();
+        }
+        Enqueued::Queued(Box::new(MemoryWaiter {
+            client,
+            key: self.key.clone(),
+            mode: self.mode,
+            inner,
+            id,
+            recorded: AtomicBool::new(true),
+        }))
+    }
+}
+
+/// A queued acquire of a named lock: the slot's waiter and its record.
+struct MemoryWaiter {
+    client: Arc<MemoryClient>,
+    key: Key,
+    mode: Mode,
+    inner: SlotWaiter,
+    id: u64,
+    /// True while its wait record is in the entry.
+    recorded: AtomicBool,
+}
+
+impl MemoryWaiter {
+    fn view(&self) -> View<'_> {
+        View {
+            client: &self.client,
+            key: &self.key,
+            mode: self.mode,
+        }
+    }
+
+    /// Take the wait record out (once); with `unpin`, the waiter's pin too (it left
+    /// without the lock).
+    fn settle(&self, unpin: bool) {
+        // ORDERING: decides which call takes the record out; the shard mutex orders the
+        // record itself.
+        if !self.recorded.swap(false, Ordering::AcqRel) {
+            debug_assert!(!unpin, "BUG: a waiter settled twice");
+            return;
+        }
+        let view = self.view();
+        let mut table = lock(view.table());
+        if let Some(e) = table.find(view.key) {
+            if let Some(i) = e.waits.iter().position(|w| w.id == self.id) {
+                e.waits.swap_remove(i);
+            }
+        }
+        if unpin {
+            table.unpin(view.key);
+        }
+    }
+}
+
+impl RawWaiter for MemoryWaiter {
+    fn status(&self) -> Status {
+        let s = self.inner.status();
+        if s == Status::Granted {
+            self.settle(false);
+        }
+        s
+    }
+
+    fn abandon(&self) -> bool {
+        let left = self.inner.abandon();
+        self.settle(left);
+        left
+    }
+
+    fn compete(&self) -> bool {
+        let took = self.inner.compete();
+        if took {
+            self.settle(false);
+        }
+        took
+    }
+}
+
+/// A manager of the in-process scope.
+impl Session for MemoryClient {
+    #[inline]
+    fn try_lock(&self, key: &Key, mode: Mode) -> bool {
+        self.view(key, mode).try_lock()
+    }
+
+    #[inline]
+    fn try_lock_recorded(&self, key: &Key, mode: Mode, who: Who) -> Option<Result<u64, Failure>> {
+        self.view(key, mode).try_lock_recorded(who)
+    }
+
+    fn unlock(&self, key: &Key, mode: Mode) -> bool {
+        self.view(key, mode).unlock()
+    }
+
+    fn enqueue(
+        self: Arc<Self>,
+        key: &Key,
+        mode: Mode,
+        notify: Notify,
+        compete: Compete,
+    ) -> Enqueued<Box<dyn RawWaiter>> {
+        View {
+            client: &self,
+            key,
+            mode,
+        }
+        .enqueue(self.clone(), notify, compete)
+    }
+
+    fn record(&self, key: &Key, mode: Mode, scoped: bool, who: Who) -> Result<u64, Failure> {
+        self.view(key, mode).record(scoped, who)
+    }
+
+    #[inline]
+    fn release(&self, key: &Key, mode: Mode, fence: u64) -> bool {
+        self.view(key, mode).release(fence)
+    }
+
+    fn release_scoped(&self, key: &Key, mode: Mode, thread: u64) -> bool {
+        self.view(key, mode).release_scoped(thread)
+    }
+
+    fn lost(&self, key: &Key, fence: u64) -> Lost {
+        self.view(key, Mode::Exclusive).lost(fence)
+    }
+
+    fn statistics(&self, key: &Key, mode: Mode) -> Statistics {
+        self.view(key, mode).statistics()
+    }
+
+    fn tag_hold(&self, key: &Key, mode: Mode, tag: u64) {
+        self.view(key, mode).with_slot(|v| v.tag_hold(tag));
+    }
+
+    fn untag_hold(&self, key: &Key, mode: Mode, tag: u64) {
+        self.view(key, mode).with_slot(|v| v.untag_hold(tag));
+    }
+
+    fn has_tagged_hold(&self, key: &Key, mode: Mode, tag: u64) -> bool {
+        self.view(key, mode)
+            .with_slot(|v| v.has_tagged_hold(tag))
+            .unwrap_or(false)
+    }
+
+    fn query(&self, prefix: &str) -> Vec<Info> {
+        self.scope.query(prefix)
+    }
+
+    fn close(&self, reason: Reason) -> usize {
+        self.close_all(reason)
+    }
+
+    #[inline]
+    fn failure(&self) -> Option<Failure> {
+        MemoryClient::failure(self)
+    }
+}
+
+impl MemoryClient {
+    #[inline]
+    fn view<'a>(&'a self, key: &'a Key, mode: Mode) -> View<'a> {
+        View {
+            client: self,
+            key,
+            mode,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::lock::forever;
+    use crate::core::named::NamedView;
+
+    fn scope() -> &'static MemoryScope {
+        // Each test has its own scope, so that tests running at once do not meet.
+        Box::leak(Box::new(MemoryScope::new()))
+    }
+
+    fn view(client: &Arc<MemoryClient>, name: &str, mode: Mode) -> NamedView {
+        NamedView::new(client.clone(), Key::new(Arc::from(name)), mode)
+    }
+
+    #[test]
+    fn a_name_nobody_holds_has_no_entry() {
+        let scope = scope();
+        let client = MemoryClient::new(scope);
+        for i in 0..1000 {
+            let v = view(&client, &format!("n{i}"), Mode::Exclusive);
+            crate::core::acquire::lock(&v, forever()).unwrap();
+            let fence = v.record(false, Who::thread()).unwrap();
+            assert!(v.release(fence));
+            assert!(!v.release(fence), "released twice");
+            assert!(scope.entries() <= MemoryScope::IDLE);
+        }
+        assert!(scope.query("").is_empty());
+    }
+
+    #[test]
+    fn fences_increase_across_clients_and_entries() {
+        let scope = scope();
+        let (a, b) = (MemoryClient::new(scope), MemoryClient::new(scope));
+        let mut last = 0;
+        for i in 0..100 {
+            let c = if i % 2 == 0 { &a } else { &b };
+            let v = view(c, "x", Mode::Exclusive);
+            assert!(v.try_lock());
+            let fence = v.record(false, Who::thread()).unwrap();
+            assert!(fence > last);
+            last = fence;
+            assert!(v.release(fence));
+            assert!(scope.entries() <= 1);
+        }
+    }
+
+    #[test]
+    fn two_clients_exclude_each_other_and_close_ends_holds() {
+        let scope = scope();
+        let (a, b) = (MemoryClient::new(scope), MemoryClient::new(scope));
+        let va = view(&a, "x", Mode::Exclusive);
+        let vb = view(&b, "x", Mode::Shared);
+        assert!(va.try_lock());
+        let fence = va.record(false, Who::thread()).unwrap();
+        let Lost::Live(lost) = va.lost(fence) else {
+            panic!("not live")
+        };
+        assert!(!vb.try_lock());
+        assert_eq!(scope.query("").len(), 1);
+        assert_eq!(a.close_all(Arc::new("closed")), 1);
+        assert!(lost.is_cancelled());
+        assert!(matches!(va.lost(fence), Lost::Ended));
+        assert!(!va.release(fence));
+        assert!(!va.try_lock());
+        assert_eq!(
+            RawLock::failure(&va).as_deref(),
+            Some("the LockManager was closed")
+        );
+        assert!(vb.try_lock());
+        let f = vb.record(false, Who::thread()).unwrap();
+        assert!(f > fence);
+        assert!(vb.release(f));
+        assert!(scope.query("").is_empty());
+    }
+}

@@ -1,0 +1,52 @@
+//! Every scope of named locks, picked by url: the one place that knows them all.
+//!
+//! - `memory:` (`memory.rs`): the threads and tasks of this process.
+//! - `file:///dir`: the processes of this machine (not built yet).
+//! - `postgresql://…`: many machines, on PostgreSQL advisory locks (not built yet).
+
+use std::sync::Arc;
+
+use super::memory::{MemoryClient, MemoryScope};
+use super::named::Session;
+
+/// The url schemes [`connect`] knows, as its errors list them.
+pub const SCHEMES: &str = "'memory:', 'file:///absolute/dir' or 'postgresql://user@host:port/db'";
+
+/// Why [`connect`] could not make a session.
+#[derive(Debug)]
+pub enum ConnectError {
+    /// The url names no scope this library has (a message for a `ValueError`).
+    BadUrl(String),
+    /// The scope cannot be reached (a message for a `BackendError`).
+    Backend(String),
+}
+
+/// A new session (a manager's client) of the scope `url` names. The one place that
+/// knows every scope.
+pub fn connect(url: &str) -> Result<Arc<dyn Session>, ConnectError> {
+    if url == "memory:" {
+        return Ok(MemoryClient::new(MemoryScope::get()));
+    }
+    if let Some(path) = url.strip_prefix("file://") {
+        if !path.starts_with('/') {
+            return Err(ConnectError::BadUrl(format!(
+                "LockManager url {url:?} needs an absolute directory: 'file:///absolute/dir'"
+            )));
+        }
+        return Err(ConnectError::Backend(
+            "the processes-of-this-machine scope ('file:///dir') is not available in this \
+             version of ctxlock; use 'memory:'"
+                .to_owned(),
+        ));
+    }
+    if url.starts_with("postgresql://") || url.starts_with("postgres://") {
+        return Err(ConnectError::Backend(
+            "the PostgreSQL scope ('postgresql://…') is not available in this version of \
+             ctxlock; use 'memory:'"
+                .to_owned(),
+        ));
+    }
+    Err(ConnectError::BadUrl(format!(
+        "LockManager url {url:?} has an unsupported scheme; the supported ones are {SCHEMES}"
+    )))
+}
