@@ -936,6 +936,47 @@ def test_close_loses_every_hold_of_that_manager_and_no_other(ns: str, managers: 
         assert_free(other, ns + name)
 
 
+def test_a_with_exit_releases_only_a_hold_of_its_own_manager(ns: str, managers: Managers) -> None:
+    # One thread holds a name's shared mode by ``with`` through two managers. Closing one
+    # ends its hold only: the other ``with`` still holds the name, and every exit works.
+    mgr, other, third = managers(3)
+    mine, theirs = mgr.sharable_lock(ns + "x").shared, other.sharable_lock(ns + "x").shared
+    with mine:
+        with theirs:
+            other.close()
+        assert mine.locked()
+        assert_taken(third.lock(ns + "x"))
+    assert_free(third, ns + "x")
+
+
+@pytest.mark.asyncio
+async def test_an_async_with_exit_releases_only_a_hold_of_its_own_manager(
+    ns: str, managers: Managers
+) -> None:
+    # Two tasks of one loop (one thread) hold the shared mode through two managers and
+    # leave in the other order; closing the first manager must not end the second's hold.
+    mgr, other, third = managers(3)
+    first_in, first_out, second_in = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def first() -> None:
+        async with mgr.sharable_lock(ns + "x").shared:
+            first_in.set()
+            await second_in.wait()
+        first_out.set()
+
+    async def second() -> None:
+        await first_in.wait()
+        async with other.sharable_lock(ns + "x").shared:
+            second_in.set()
+            await first_out.wait()
+            mgr.close()
+            assert other.sharable_lock(ns + "x").shared.locked()
+            assert_taken(third.lock(ns + "x"))
+
+    await bounded(asyncio.gather(first(), second()))
+    assert_free(third, ns + "x")
+
+
 # --- close ends the waits through that manager -------------------------------------------------
 
 

@@ -479,12 +479,13 @@ impl View<'_> {
         })
     }
 
-    /// Release one scoped hold of this mode, the calling thread's if it has one. False
-    /// if there is none.
+    /// Release one scoped hold of this mode taken through this client, the calling
+    /// thread's if it has one. False if there is none. (Never another client's: its
+    /// `with` would lose its hold, and a `close` of this client would end it.)
     pub fn release_scoped(&self, thread: u64) -> bool {
-        let mode = self.mode;
+        let (mode, client) = (self.mode, self.client.id);
         self.release_record(|holds| {
-            let mine = |h: &HoldRecord| h.scoped && h.mode == mode;
+            let mine = |h: &HoldRecord| h.scoped && h.mode == mode && h.client == client;
             let i = holds
                 .iter()
                 .rposition(|h| mine(h) && h.who.thread == thread)
@@ -808,6 +809,24 @@ mod tests {
             assert!(v.release(fence));
             assert!(scope.entries() <= 1);
         }
+    }
+
+    #[test]
+    fn a_scoped_release_takes_only_a_hold_of_its_own_client() {
+        let scope = scope();
+        let (a, b) = (MemoryClient::new(scope), MemoryClient::new(scope));
+        let (va, vb) = (view(&a, "x", Mode::Shared), view(&b, "x", Mode::Shared));
+        let me = Who::thread();
+        for v in [&va, &vb] {
+            assert!(v.try_lock());
+            v.record(true, me.clone()).unwrap();
+        }
+        assert_eq!(b.close_all(Arc::new("closed")), 1);
+        assert!(!vb.release_scoped(me.thread), "released a's hold through b");
+        assert!(va.is_locked());
+        assert!(va.release_scoped(me.thread));
+        assert!(!va.is_locked());
+        assert!(scope.query("").is_empty());
     }
 
     #[test]

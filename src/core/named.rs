@@ -58,7 +58,8 @@ pub trait Session: Send + Sync {
     fn record(&self, key: &Key, mode: Mode, scoped: bool, who: Who) -> Result<u64, Failure>;
     /// Give back the recorded hold with this fence; false if it has ended.
     fn release(&self, key: &Key, mode: Mode, fence: u64) -> bool;
-    /// Give back one scoped hold of this mode, the thread's if it has one.
+    /// Give back one scoped hold of this mode taken through this session (never another
+    /// client's), the thread's if it has one.
     fn release_scoped(&self, key: &Key, mode: Mode, thread: u64) -> bool;
     /// The `lost` token of the hold with this fence.
     fn lost(&self, key: &Key, fence: u64) -> Lost;
