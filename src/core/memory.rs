@@ -829,6 +829,29 @@ mod tests {
         assert!(scope.query("").is_empty());
     }
 
+    /// An `Unlock`'s hold of a named lock, as the binding's.
+    struct NamedHold(NamedView, u64);
+
+    impl crate::core::unlock::Hold for NamedHold {
+        fn release(&self) -> bool {
+            self.0.release(self.1)
+        }
+    }
+
+    #[test]
+    fn an_unlock_called_after_its_manager_closed_does_nothing() {
+        let scope = scope();
+        let client = MemoryClient::new(scope);
+        let v = view(&client, "x", Mode::Exclusive);
+        let fence = v.try_lock_recorded(Who::thread()).unwrap().unwrap();
+        let unlock = crate::core::unlock::Unlock::new(NamedHold(v.clone(), fence));
+        assert_eq!(client.close_all(Arc::new("closed")), 1);
+        // The hold ended with its manager: the Unlock's one release finds nothing.
+        assert!(unlock.unlock());
+        assert!(!unlock.unlock());
+        assert!(scope.query("").is_empty());
+    }
+
     #[test]
     fn two_clients_exclude_each_other_and_close_ends_holds() {
         let scope = scope();
