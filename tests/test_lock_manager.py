@@ -909,6 +909,21 @@ def test_lost_first_read_after_close_is_already_cancelled(ns: str, managers: Man
     assert_free(other, ns + "a")
 
 
+def test_lost_first_read_after_close_and_unlock_is_cancelled(
+    ns: str, managers: Managers
+) -> None:
+    # The hold ended with its manager, before unlock() (which then released nothing):
+    # it was lost, whenever ``lost`` is first read.
+    mgr, other = managers(2)
+    unlock = mgr.lock(ns + "a").acquire()
+    mgr.close()
+    unlock()
+    lost = unlock.lost
+    assert lost.cancelled
+    assert isinstance(lost.reason, BackendError)
+    assert_free(other, ns + "a")
+
+
 def test_close_wakes_whoever_waits_on_lost(ns: str, managers: Managers, spawn: Spawn) -> None:
     mgr, other = managers(2)
     unlock = mgr.sharable_lock(ns + "a").shared.acquire()
