@@ -1207,6 +1207,38 @@ async def test_query_names_the_task_that_holds_or_waits(ns: str, managers: Manag
     assert first.query(ns) == []
 
 
+@pytest.mark.asyncio
+async def test_query_names_the_task_still_inside_async_with(ns: str, managers: Managers) -> None:
+    # Two tasks of one loop hold the shared mode by ``async with`` and leave in the order
+    # they came in: the hold left is the second task's, and query() says so.
+    (mgr,) = managers(1)
+    tag = uuid.uuid4().hex[:8]
+    first_in, first_out, second_in = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    owners: list[str] = []
+
+    async def first() -> None:
+        async with mgr.sharable_lock(ns + "x").shared:
+            first_in.set()
+            await second_in.wait()
+        first_out.set()
+
+    async def second() -> None:
+        await first_in.wait()
+        async with mgr.sharable_lock(ns + "x").shared:
+            second_in.set()
+            await first_out.wait()
+            owners.extend(i.owner for i in mgr.query(ns))
+
+    await bounded(
+        asyncio.gather(
+            asyncio.create_task(first(), name=f"first-{tag}"),
+            asyncio.create_task(second(), name=f"second-{tag}"),
+        )
+    )
+    assert len(owners) == 1 and f"second-{tag}" in owners[0], owners
+    assert mgr.query(ns) == []
+
+
 def named_thread(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
     def run() -> Any:
         threading.current_thread().name = name

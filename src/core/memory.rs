@@ -479,16 +479,20 @@ impl View<'_> {
         })
     }
 
-    /// Release one scoped hold of this mode taken through this client, the calling
-    /// thread's if it has one. False if there is none. (Never another client's: its
-    /// `with` would lose its hold, and a `close` of this client would end it.)
-    pub fn release_scoped(&self, thread: u64) -> bool {
+    /// Release one scoped hold of this mode taken through this client: `who`'s if it
+    /// has one (its task's, else its thread's), else any. False if there is none. (Never
+    /// another client's: its `with` would lose its hold, and a `close` of this client
+    /// would end it. The task's first: tasks of one loop share a thread, and may leave
+    /// in any order.)
+    pub fn release_scoped(&self, who: &Who) -> bool {
         let (mode, client) = (self.mode, self.client.id);
         self.release_record(|holds| {
             let mine = |h: &HoldRecord| h.scoped && h.mode == mode && h.client == client;
+            let thread = |h: &HoldRecord| mine(h) && h.who.thread == who.thread;
             let i = holds
                 .iter()
-                .rposition(|h| mine(h) && h.who.thread == thread)
+                .rposition(|h| thread(h) && h.who.task == who.task)
+                .or_else(|| holds.iter().rposition(thread))
                 .or_else(|| holds.iter().rposition(mine))?;
             Some(holds.remove(i))
         })
@@ -713,8 +717,8 @@ impl Session for MemoryClient {
         self.view(key, mode).release(fence)
     }
 
-    fn release_scoped(&self, key: &Key, mode: Mode, thread: u64) -> bool {
-        self.view(key, mode).release_scoped(thread)
+    fn release_scoped(&self, key: &Key, mode: Mode, who: &Who) -> bool {
+        self.view(key, mode).release_scoped(who)
     }
 
     fn lost(&self, key: &Key, fence: u64) -> Lost {
@@ -822,9 +826,9 @@ mod tests {
             v.record(true, me.clone()).unwrap();
         }
         assert_eq!(b.close_all(Arc::new("closed")), 1);
-        assert!(!vb.release_scoped(me.thread), "released a's hold through b");
+        assert!(!vb.release_scoped(&me), "released a's hold through b");
         assert!(va.is_locked());
-        assert!(va.release_scoped(me.thread));
+        assert!(va.release_scoped(&me));
         assert!(!va.is_locked());
         assert!(scope.query("").is_empty());
     }

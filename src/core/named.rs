@@ -59,8 +59,8 @@ pub trait Session: Send + Sync {
     /// Give back the recorded hold with this fence; false if it has ended.
     fn release(&self, key: &Key, mode: Mode, fence: u64) -> bool;
     /// Give back one scoped hold of this mode taken through this session (never another
-    /// client's), the thread's if it has one.
-    fn release_scoped(&self, key: &Key, mode: Mode, thread: u64) -> bool;
+    /// client's): `who`'s if it has one (its task's, else its thread's), else any.
+    fn release_scoped(&self, key: &Key, mode: Mode, who: &Who) -> bool;
     /// The `lost` token of the hold with this fence.
     fn lost(&self, key: &Key, fence: u64) -> Lost;
     /// The lock's holders in this mode and its waiters, across every client.
@@ -279,8 +279,8 @@ impl NamedView {
     }
 
     /// See [`Session::release_scoped`].
-    pub fn release_scoped(&self, thread: u64) -> bool {
-        self.session.release_scoped(&self.key, self.mode, thread)
+    pub fn release_scoped(&self, who: &Who) -> bool {
+        self.session.release_scoped(&self.key, self.mode, who)
     }
 
     /// The `lost` token of the hold with this fence.

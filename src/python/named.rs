@@ -432,7 +432,7 @@ impl Kind for NamedView {
     }
 
     fn unlock_scoped(&self) -> bool {
-        self.release_scoped(Who::thread().thread)
+        self.release_scoped(&Who::thread())
     }
 
     fn names_owners(&self) -> bool {
