@@ -133,6 +133,9 @@ impl Table {
                     Some(mut e) => {
                         e.name = key.to_arc();
                         e.hash = key.hash();
+                        // Tags of a hold of its last name that ended without its exit
+                        // (closed): that exit would look for them under that name.
+                        *lock(e.slot.holder_tags()) = None;
                         e
                     }
                     None => Entry {
@@ -831,6 +834,31 @@ mod tests {
         assert!(va.release_scoped(&me));
         assert!(!va.is_locked());
         assert!(scope.query("").is_empty());
+    }
+
+    #[test]
+    fn a_reused_entry_keeps_no_tag_of_the_name_it_had() {
+        let scope = scope();
+        let (a, b) = (MemoryClient::new(scope), MemoryClient::new(scope));
+        // Names of one shard (the hash's high bits pick it).
+        let key = |name: &str, low: u64| Key::with_hash(Arc::from(name), low);
+        // Fill the shard's idle entries, so that the next entry to go idle goes to spare.
+        for i in 0..IDLE_ENTRIES as u64 {
+            let v = NamedView::new(a.clone(), key(&format!("idle{i}"), i), Mode::Exclusive);
+            let fence = v.try_lock_recorded(Who::thread()).unwrap().unwrap();
+            assert!(v.release(fence));
+        }
+        // An `async with` hold of "x", tagged, ended by close before its exit untags it.
+        let x = NamedView::new(a.clone(), key("x", 1000), Mode::Exclusive);
+        assert!(x.try_lock());
+        x.record(true, Who::thread()).unwrap();
+        x.tag_hold(7);
+        assert_eq!(a.close_all(Arc::new("closed")), 1);
+        // "y" gets the entry "x" had: a hold of "y" carries no tag of "x".
+        let y = NamedView::new(b.clone(), key("y", 2000), Mode::Exclusive);
+        assert!(y.try_lock());
+        assert!(!y.has_tagged_hold(7), "y inherited x's tag");
+        assert!(y.unlock());
     }
 
     /// An `Unlock`'s hold of a named lock, as the binding's.
