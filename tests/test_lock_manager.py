@@ -206,6 +206,41 @@ def test_close_is_idempotent() -> None:
     assert mgr.closed
 
 
+def test_close_returns_once_the_holds_have_ended_even_while_another_close_runs(
+    ns: str, managers: Managers
+) -> None:
+    # A close() that finds the manager already closing waits for that close: when it
+    # returns, every hold of the manager has ended (lost cancelled, names free).
+    mgr, other = managers(2)
+    unlocks = [mgr.lock(f"{ns}{i}").acquire() for i in range(8)]
+    first_fired, go_on = threading.Event(), threading.Event()
+
+    def stall() -> None:
+        # The first lost token the closing thread cancels holds that close up.
+        if not first_fired.is_set():
+            first_fired.set()
+            go_on.wait(PATIENCE)
+
+    for u in unlocks:
+        u.lost.on_cancel(stall)
+    closing = in_thread(mgr.close)
+    try:
+        assert first_fired.wait(PATIENCE)
+        second = in_thread(mgr.close)
+        time.sleep(0.05)
+        returned_early = second.done()
+    finally:
+        go_on.set()
+    closing.result(PATIENCE)
+    second.result(PATIENCE)
+    assert not returned_early, "close() returned while the holds were still being ended"
+    assert all(u.lost.cancelled for u in unlocks)
+    for u in unlocks:
+        u()
+    for i in range(8):
+        assert_free(other, f"{ns}{i}")
+
+
 def test_with_returns_the_manager_and_closes_it() -> None:
     with LockManager() as mgr:
         assert isinstance(mgr, LockManager)

@@ -272,6 +272,24 @@ pub struct MemoryClient {
     scope: &'static MemoryScope,
     id: u64,
     closed: AtomicBool,
+    /// The call of `close_all` that ends the holds, and whether it has: a later call
+    /// waits for it (see `close_all`).
+    closing: std::sync::Mutex<Closing>,
+    closed_all: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct Closing {
+    /// The thread of the call that ends the holds, once it started.
+    closer: Option<u64>,
+    /// Every hold has ended.
+    done: bool,
+}
+
+/// The calling thread, as `Closing::closer` names it.
+fn this_thread() -> u64 {
+    // SAFETY: `pthread_self` has no preconditions and always succeeds.
+    unsafe { libc::pthread_self() as u64 }
 }
 
 impl MemoryClient {
@@ -282,6 +300,8 @@ impl MemoryClient {
             scope,
             id,
             closed: AtomicBool::new(false),
+            closing: Default::default(),
+            closed_all: Default::default(),
         })
     }
 
@@ -292,12 +312,29 @@ impl MemoryClient {
 
     /// End every hold of this client (each `lost` token is cancelled with `reason`, and
     /// the lock goes to the next waiter) and fail its waiters; later acquires fail.
-    /// Returns how many holds ended. Idempotent.
+    /// Returns how many holds ended. Idempotent: a later call ends none, and returns
+    /// once the first has ended them all (at once if it is made by the first call's own
+    /// thread, from a `lost` token's callback).
     fn close_all(&self, reason: Reason) -> usize {
+        let closing = || self.closing.lock().unwrap_or_else(|e| e.into_inner());
         // ORDERING: SeqCst: see the invariants; read under each shard's mutex.
         if self.closed.swap(true, Ordering::SeqCst) {
+            let me = this_thread();
+            let mut c = closing();
+            while !c.done && c.closer != Some(me) {
+                c = self.closed_all.wait(c).unwrap_or_else(|e| e.into_inner());
+            }
             return 0;
         }
+        closing().closer = Some(this_thread());
+        let ended = self.end_all(reason);
+        closing().done = true;
+        self.closed_all.notify_all();
+        ended
+    }
+
+    /// The work of the first `close_all`.
+    fn end_all(&self, reason: Reason) -> usize {
         let mut ended = 0;
         for shard in self.scope.shards.iter() {
             let mut releases = Vec::new();

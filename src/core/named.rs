@@ -72,7 +72,8 @@ pub trait Session: Send + Sync {
     /// Every hold and waiter of every client whose name starts with `prefix`.
     fn query(&self, prefix: &str) -> Vec<Info>;
     /// End this client: its holds end (their `lost` cancelled with `reason`), its
-    /// waiters and later acquires fail. Returns how many holds ended; idempotent.
+    /// waiters and later acquires fail. Returns how many holds ended; idempotent (a call
+    /// made while another ends the holds returns once they have ended).
     fn close(&self, reason: Reason) -> usize;
     /// Why the locks of this session cannot be acquired, if they cannot.
     fn failure(&self) -> Option<Failure>;
