@@ -29,6 +29,7 @@ import textwrap
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -956,6 +957,28 @@ def test_lost_first_read_after_close_and_unlock_is_cancelled(
     lost = unlock.lost
     assert lost.cancelled
     assert isinstance(lost.reason, BackendError)
+    assert_free(other, ns + "a")
+
+
+def test_an_unlock_of_a_lost_hold_dropped_uncalled_does_not_warn(
+    ns: str, managers: Managers
+) -> None:
+    # The hold ended with its manager: dropping its Unlock releases nothing, so there is
+    # no "garbage-collected while holding its lock" ResourceWarning to give.
+    mgr, other = managers(2)
+    unlock = mgr.lock(ns + "a").acquire()
+    mgr.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        seen: list[object] = []
+        old_hook = sys.unraisablehook
+        sys.unraisablehook = seen.append
+        try:
+            del unlock
+            gc.collect()
+        finally:
+            sys.unraisablehook = old_hook
+    assert seen == []
     assert_free(other, ns + "a")
 
 

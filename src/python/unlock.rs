@@ -206,7 +206,9 @@ impl Drop for PyUnlock {
         // lock is still released.
         let done = Python::try_attach(|py| {
             exception_set_aside(py, |py| {
-                if self.release() && !finalizing() {
+                // A hold that ended without this Unlock (its manager closed) was not
+                // held by it any more: nothing was released, there is nothing to warn of.
+                if self.release() && !self.unlock.hold().ended_before_release() && !finalizing() {
                     warn_forgotten(py);
                 }
             })
