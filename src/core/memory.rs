@@ -133,8 +133,10 @@ impl Table {
                     Some(mut e) => {
                         e.name = key.to_arc();
                         e.hash = key.hash();
-                        // Tags of a hold of its last name that ended without its exit
-                        // (closed): that exit would look for them under that name.
+                        // Tags left by a hold of its last name: an `async with` exit
+                        // releases, then untags under that name (finding nothing once
+                        // the entry went to spare), and a hold that close() ended is
+                        // untagged, if ever, under that name too.
                         *lock(e.slot.holder_tags()) = None;
                         e
                     }
@@ -893,6 +895,30 @@ mod tests {
         assert_eq!(a.close_all(Arc::new("closed")), 1);
         // "y" gets the entry "x" had: a hold of "y" carries no tag of "x".
         let y = NamedView::new(b.clone(), key("y", 2000), Mode::Exclusive);
+        assert!(y.try_lock());
+        assert!(!y.has_tagged_hold(7), "y inherited x's tag");
+        assert!(y.unlock());
+    }
+
+    #[test]
+    fn an_async_with_exit_leaves_no_tag_on_a_spare_entry() {
+        let scope = scope();
+        let client = MemoryClient::new(scope);
+        let key = |name: &str, low: u64| Key::with_hash(Arc::from(name), low);
+        for i in 0..IDLE_ENTRIES as u64 {
+            let v = NamedView::new(client.clone(), key(&format!("idle{i}"), i), Mode::Exclusive);
+            let fence = v.try_lock_recorded(Who::thread()).unwrap().unwrap();
+            assert!(v.release(fence));
+        }
+        // `async with` on "x" and its `__aexit__`: release, then untag (the entry has
+        // gone to spare by then, so the untag finds nothing).
+        let x = NamedView::new(client.clone(), key("x", 1000), Mode::Exclusive);
+        assert!(x.try_lock());
+        x.record(true, Who::thread()).unwrap();
+        x.tag_hold(7);
+        assert!(x.release_scoped(&Who::thread()));
+        x.untag_hold(7);
+        let y = NamedView::new(client.clone(), key("y", 2000), Mode::Exclusive);
         assert!(y.try_lock());
         assert!(!y.has_tagged_hold(7), "y inherited x's tag");
         assert!(y.unlock());
