@@ -945,9 +945,7 @@ def test_lost_first_read_after_close_is_already_cancelled(ns: str, managers: Man
     assert_free(other, ns + "a")
 
 
-def test_lost_first_read_after_close_and_unlock_is_cancelled(
-    ns: str, managers: Managers
-) -> None:
+def test_lost_first_read_after_close_and_unlock_is_cancelled(ns: str, managers: Managers) -> None:
     # The hold ended with its manager, before unlock() (which then released nothing):
     # it was lost, whenever ``lost`` is first read.
     mgr, other = managers(2)
