@@ -133,6 +133,11 @@ impl Table {
                     Some(mut e) => {
                         e.name = key.to_arc();
                         e.hash = key.hash();
+                        // Tags left by a hold of its last name: an `async with` exit
+                        // releases, then untags under that name (finding nothing once
+                        // the entry went to spare), and a hold that close() ended is
+                        // untagged, if ever, under that name too.
+                        *lock(e.slot.holder_tags()) = None;
                         e
                     }
                     None => Entry {
@@ -269,6 +274,24 @@ pub struct MemoryClient {
     scope: &'static MemoryScope,
     id: u64,
     closed: AtomicBool,
+    /// The call of `close_all` that ends the holds, and whether it has: a later call
+    /// waits for it (see `close_all`).
+    closing: std::sync::Mutex<Closing>,
+    closed_all: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct Closing {
+    /// The thread of the call that ends the holds, once it started.
+    closer: Option<u64>,
+    /// Every hold has ended.
+    done: bool,
+}
+
+/// The calling thread, as `Closing::closer` names it.
+fn this_thread() -> u64 {
+    // SAFETY: `pthread_self` has no preconditions and always succeeds.
+    unsafe { libc::pthread_self() as u64 }
 }
 
 impl MemoryClient {
@@ -279,6 +302,8 @@ impl MemoryClient {
             scope,
             id,
             closed: AtomicBool::new(false),
+            closing: Default::default(),
+            closed_all: Default::default(),
         })
     }
 
@@ -289,12 +314,29 @@ impl MemoryClient {
 
     /// End every hold of this client (each `lost` token is cancelled with `reason`, and
     /// the lock goes to the next waiter) and fail its waiters; later acquires fail.
-    /// Returns how many holds ended. Idempotent.
+    /// Returns how many holds ended. Idempotent: a later call ends none, and returns
+    /// once the first has ended them all (at once if it is made by the first call's own
+    /// thread, from a `lost` token's callback).
     fn close_all(&self, reason: Reason) -> usize {
+        let closing = || self.closing.lock().unwrap_or_else(|e| e.into_inner());
         // ORDERING: SeqCst: see the invariants; read under each shard's mutex.
         if self.closed.swap(true, Ordering::SeqCst) {
+            let me = this_thread();
+            let mut c = closing();
+            while !c.done && c.closer != Some(me) {
+                c = self.closed_all.wait(c).unwrap_or_else(|e| e.into_inner());
+            }
             return 0;
         }
+        closing().closer = Some(this_thread());
+        let ended = self.end_all(reason);
+        closing().done = true;
+        self.closed_all.notify_all();
+        ended
+    }
+
+    /// The work of the first `close_all`.
+    fn end_all(&self, reason: Reason) -> usize {
         let mut ended = 0;
         for shard in self.scope.shards.iter() {
             let mut releases = Vec::new();
@@ -479,15 +521,20 @@ impl View<'_> {
         })
     }
 
-    /// Release one scoped hold of this mode, the calling thread's if it has one. False
-    /// if there is none.
-    pub fn release_scoped(&self, thread: u64) -> bool {
-        let mode = self.mode;
+    /// Release one scoped hold of this mode taken through this client: `who`'s if it
+    /// has one (its task's, else its thread's), else any. False if there is none. (Never
+    /// another client's: its `with` would lose its hold, and a `close` of this client
+    /// would end it. The task's first: tasks of one loop share a thread, and may leave
+    /// in any order.)
+    pub fn release_scoped(&self, who: &Who) -> bool {
+        let (mode, client) = (self.mode, self.client.id);
         self.release_record(|holds| {
-            let mine = |h: &HoldRecord| h.scoped && h.mode == mode;
+            let mine = |h: &HoldRecord| h.scoped && h.mode == mode && h.client == client;
+            let thread = |h: &HoldRecord| mine(h) && h.who.thread == who.thread;
             let i = holds
                 .iter()
-                .rposition(|h| mine(h) && h.who.thread == thread)
+                .rposition(|h| thread(h) && h.who.task == who.task)
+                .or_else(|| holds.iter().rposition(thread))
                 .or_else(|| holds.iter().rposition(mine))?;
             Some(holds.remove(i))
         })
@@ -712,8 +759,8 @@ impl Session for MemoryClient {
         self.view(key, mode).release(fence)
     }
 
-    fn release_scoped(&self, key: &Key, mode: Mode, thread: u64) -> bool {
-        self.view(key, mode).release_scoped(thread)
+    fn release_scoped(&self, key: &Key, mode: Mode, who: &Who) -> bool {
+        self.view(key, mode).release_scoped(who)
     }
 
     fn lost(&self, key: &Key, fence: u64) -> Lost {
@@ -808,6 +855,96 @@ mod tests {
             assert!(v.release(fence));
             assert!(scope.entries() <= 1);
         }
+    }
+
+    #[test]
+    fn a_scoped_release_takes_only_a_hold_of_its_own_client() {
+        let scope = scope();
+        let (a, b) = (MemoryClient::new(scope), MemoryClient::new(scope));
+        let (va, vb) = (view(&a, "x", Mode::Shared), view(&b, "x", Mode::Shared));
+        let me = Who::thread();
+        for v in [&va, &vb] {
+            assert!(v.try_lock());
+            v.record(true, me.clone()).unwrap();
+        }
+        assert_eq!(b.close_all(Arc::new("closed")), 1);
+        assert!(!vb.release_scoped(&me), "released a's hold through b");
+        assert!(va.is_locked());
+        assert!(va.release_scoped(&me));
+        assert!(!va.is_locked());
+        assert!(scope.query("").is_empty());
+    }
+
+    #[test]
+    fn a_reused_entry_keeps_no_tag_of_the_name_it_had() {
+        let scope = scope();
+        let (a, b) = (MemoryClient::new(scope), MemoryClient::new(scope));
+        // Names of one shard (the hash's high bits pick it).
+        let key = |name: &str, low: u64| Key::with_hash(Arc::from(name), low);
+        // Fill the shard's idle entries, so that the next entry to go idle goes to spare.
+        for i in 0..IDLE_ENTRIES as u64 {
+            let v = NamedView::new(a.clone(), key(&format!("idle{i}"), i), Mode::Exclusive);
+            let fence = v.try_lock_recorded(Who::thread()).unwrap().unwrap();
+            assert!(v.release(fence));
+        }
+        // An `async with` hold of "x", tagged, ended by close before its exit untags it.
+        let x = NamedView::new(a.clone(), key("x", 1000), Mode::Exclusive);
+        assert!(x.try_lock());
+        x.record(true, Who::thread()).unwrap();
+        x.tag_hold(7);
+        assert_eq!(a.close_all(Arc::new("closed")), 1);
+        // "y" gets the entry "x" had: a hold of "y" carries no tag of "x".
+        let y = NamedView::new(b.clone(), key("y", 2000), Mode::Exclusive);
+        assert!(y.try_lock());
+        assert!(!y.has_tagged_hold(7), "y inherited x's tag");
+        assert!(y.unlock());
+    }
+
+    #[test]
+    fn an_async_with_exit_leaves_no_tag_on_a_spare_entry() {
+        let scope = scope();
+        let client = MemoryClient::new(scope);
+        let key = |name: &str, low: u64| Key::with_hash(Arc::from(name), low);
+        for i in 0..IDLE_ENTRIES as u64 {
+            let v = NamedView::new(client.clone(), key(&format!("idle{i}"), i), Mode::Exclusive);
+            let fence = v.try_lock_recorded(Who::thread()).unwrap().unwrap();
+            assert!(v.release(fence));
+        }
+        // `async with` on "x" and its `__aexit__`: release, then untag (the entry has
+        // gone to spare by then, so the untag finds nothing).
+        let x = NamedView::new(client.clone(), key("x", 1000), Mode::Exclusive);
+        assert!(x.try_lock());
+        x.record(true, Who::thread()).unwrap();
+        x.tag_hold(7);
+        assert!(x.release_scoped(&Who::thread()));
+        x.untag_hold(7);
+        let y = NamedView::new(client.clone(), key("y", 2000), Mode::Exclusive);
+        assert!(y.try_lock());
+        assert!(!y.has_tagged_hold(7), "y inherited x's tag");
+        assert!(y.unlock());
+    }
+
+    /// An `Unlock`'s hold of a named lock, as the binding's.
+    struct NamedHold(NamedView, u64);
+
+    impl crate::core::unlock::Hold for NamedHold {
+        fn release(&self) -> bool {
+            self.0.release(self.1)
+        }
+    }
+
+    #[test]
+    fn an_unlock_called_after_its_manager_closed_does_nothing() {
+        let scope = scope();
+        let client = MemoryClient::new(scope);
+        let v = view(&client, "x", Mode::Exclusive);
+        let fence = v.try_lock_recorded(Who::thread()).unwrap().unwrap();
+        let unlock = crate::core::unlock::Unlock::new(NamedHold(v.clone(), fence));
+        assert_eq!(client.close_all(Arc::new("closed")), 1);
+        // The hold ended with its manager: the Unlock's one release finds nothing.
+        assert!(unlock.unlock());
+        assert!(!unlock.unlock());
+        assert!(scope.query("").is_empty());
     }
 
     #[test]

@@ -58,8 +58,9 @@ pub trait Session: Send + Sync {
     fn record(&self, key: &Key, mode: Mode, scoped: bool, who: Who) -> Result<u64, Failure>;
     /// Give back the recorded hold with this fence; false if it has ended.
     fn release(&self, key: &Key, mode: Mode, fence: u64) -> bool;
-    /// Give back one scoped hold of this mode, the thread's if it has one.
-    fn release_scoped(&self, key: &Key, mode: Mode, thread: u64) -> bool;
+    /// Give back one scoped hold of this mode taken through this session (never another
+    /// client's): `who`'s if it has one (its task's, else its thread's), else any.
+    fn release_scoped(&self, key: &Key, mode: Mode, who: &Who) -> bool;
     /// The `lost` token of the hold with this fence.
     fn lost(&self, key: &Key, fence: u64) -> Lost;
     /// The lock's holders in this mode and its waiters, across every client.
@@ -71,7 +72,8 @@ pub trait Session: Send + Sync {
     /// Every hold and waiter of every client whose name starts with `prefix`.
     fn query(&self, prefix: &str) -> Vec<Info>;
     /// End this client: its holds end (their `lost` cancelled with `reason`), its
-    /// waiters and later acquires fail. Returns how many holds ended; idempotent.
+    /// waiters and later acquires fail. Returns how many holds ended; idempotent (a call
+    /// made while another ends the holds returns once they have ended).
     fn close(&self, reason: Reason) -> usize;
     /// Why the locks of this session cannot be acquired, if they cannot.
     fn failure(&self) -> Option<Failure>;
@@ -278,8 +280,8 @@ impl NamedView {
     }
 
     /// See [`Session::release_scoped`].
-    pub fn release_scoped(&self, thread: u64) -> bool {
-        self.session.release_scoped(&self.key, self.mode, thread)
+    pub fn release_scoped(&self, who: &Who) -> bool {
+        self.session.release_scoped(&self.key, self.mode, who)
     }
 
     /// The `lost` token of the hold with this fence.

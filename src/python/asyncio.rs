@@ -84,7 +84,8 @@ pub(crate) fn enter<'py, K: Kind>(
 
 /// `__aexit__`.
 pub(crate) fn exit<'py, K: Kind>(py: Python<'py>, kind: &K) -> PyResult<Bound<'py, PyAny>> {
-    super::acquire::exit(kind)?;
+    // As the task: a kind that records who holds releases this task's hold.
+    in_task(py, kind.names_owners(), || super::acquire::exit(kind))?;
     // `async with` runs on the task's loop thread, the thread its hold was tagged with.
     TaskOwner::clear(kind);
     Ready::done(py)

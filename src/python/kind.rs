@@ -271,12 +271,37 @@ impl RawLock for Owner {
 pub(crate) struct OwnedHold {
     pub(crate) owner: Owner,
     pub(crate) held: Held,
+    /// Set when the release found the hold ended already (lost: its manager closed).
+    pub(crate) ended_before: std::sync::atomic::AtomicBool,
+}
+
+impl OwnedHold {
+    pub(crate) fn new(owner: Owner, held: Held) -> OwnedHold {
+        OwnedHold {
+            owner,
+            held,
+            ended_before: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the hold ended without its release (which then found nothing).
+    pub(crate) fn ended_before_release(&self) -> bool {
+        // ORDERING: set before `Unlock::released`'s flag is read by the same caller, or
+        // under the same GIL; a snapshot otherwise.
+        self.ended_before.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl Hold for OwnedHold {
     #[inline]
     fn release(&self) -> bool {
-        self.owner.kind().release_held(self.held)
+        let released = self.owner.kind().release_held(self.held);
+        if !released {
+            // ORDERING: see `ended_before_release`.
+            self.ended_before
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        released
     }
 
     fn fence(&self) -> Option<u64> {

@@ -153,10 +153,9 @@ impl PyLockManager {
     /// ``BackendError``), its waiters and later acquires raise ``BackendError``. Other
     /// managers of the scope are not affected. Calling it again does nothing.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        // ORDERING: only decides which call closes; the session orders the rest.
-        if self.closed.swap(true, Ordering::Relaxed) {
-            return Ok(());
-        }
+        // ORDERING: a flag for `closed`; the session decides which call closes, and a
+        // later call returns once that one has ended the holds.
+        self.closed.store(true, Ordering::Relaxed);
         let reason = backend_reason(py, "the LockManager was closed")?;
         let session = self.session.clone();
         // Releases may hand locks to blocked threads; nothing here needs the GIL.
@@ -432,7 +431,7 @@ impl Kind for NamedView {
     }
 
     fn unlock_scoped(&self) -> bool {
-        self.release_scoped(Who::thread().thread)
+        self.release_scoped(&Who::thread())
     }
 
     fn names_owners(&self) -> bool {

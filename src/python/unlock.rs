@@ -40,7 +40,7 @@ impl PyUnlock {
     pub(crate) fn new(owner: Owner, held: Held) -> PyUnlock {
         PyUnlock {
             vectorcall: call_unlock::<PyUnlock>,
-            unlock: Unlock::new(OwnedHold { owner, held }),
+            unlock: Unlock::new(OwnedHold::new(owner, held)),
             lost: std::sync::OnceLock::new(),
         }
     }
@@ -115,8 +115,9 @@ impl PyUnlock {
             Some(Lost::Live(token)) => Some(Py::new(py, PyCancelToken::from_core(token))?),
             Some(Lost::Ended) => {
                 let token = crate::core::cancel::CancelToken::new(None);
-                if !self.unlock.released() {
-                    // Ended, but not by this Unlock: its manager was closed.
+                if !self.unlock.released() || hold.ended_before_release() {
+                    // Ended, but not by this Unlock (which, if called since, released
+                    // nothing): its manager was closed.
                     token.cancel(super::errors::backend_reason(
                         py,
                         hold.owner
@@ -205,7 +206,9 @@ impl Drop for PyUnlock {
         // lock is still released.
         let done = Python::try_attach(|py| {
             exception_set_aside(py, |py| {
-                if self.release() && !finalizing() {
+                // A hold that ended without this Unlock (its manager closed) was not
+                // held by it any more: nothing was released, there is nothing to warn of.
+                if self.release() && !self.unlock.hold().ended_before_release() && !finalizing() {
                     warn_forgotten(py);
                 }
             })
