@@ -1479,12 +1479,6 @@ sys.exit(os.waitstatus_to_exitcode(status))
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-@pytest.mark.xfail(
-    strict=True,
-    reason="a forked child keeps the wait records (and pins) of the parent's waiting "
-    "threads: query() lists ghost waiters and the entry never leaves; the memory scope "
-    "does not mend itself after fork yet",
-)
 def test_a_forked_child_forgets_the_waiters_of_the_parents_threads() -> None:
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(_FORK_GHOST_WAITER)],

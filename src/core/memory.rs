@@ -26,8 +26,8 @@ use super::named::{now, now_coarse, Failure, Info, Key, Lost, Session, Who};
 use super::raw::{Compete, Enqueued, Notify, RawLock, RawWaiter, Status};
 use super::slot::{Policy, Slot, SlotWaiter};
 use super::stats::Statistics;
-use super::sync::{lock, AtomicU64, Mutex, Ordering};
-use super::waiter::{Mode, Waiter};
+use super::sync::{lock, AtomicU64, Mutex, MutexGuard, Ordering};
+use super::waiter::{Mode, Waiter, GRANTED};
 
 /// Shards of a scope's table: enough that threads locking different names rarely meet
 /// on one mutex, few enough that `query()` walks them quickly.
@@ -98,6 +98,21 @@ struct Table {
     spare: Vec<Entry>,
     /// Entries in `entries` with no pin (see `Entry`).
     idle: usize,
+    /// The process generation the records are of (see `fork.rs` and `locked`).
+    generation: u64,
+}
+
+/// Lock a shard's table. In a forked child, the first time: drop the wait records (and
+/// their pins) of threads queued before the fork, which do not exist here; the slot's
+/// queue drops their waiters the same way (`queue.rs`). Tasks are kept, as there.
+fn locked(shard: &Mutex<Table>) -> MutexGuard<'_, Table> {
+    let mut table = lock(shard);
+    let now = super::fork::generation();
+    if table.generation != now {
+        table.generation = now;
+        table.forget_ghosts(now);
+    }
+    table
 }
 
 fn same(key: &Key) -> impl Fn(&Entry) -> bool + '_ {
@@ -109,6 +124,31 @@ fn same(key: &Key) -> impl Fn(&Entry) -> bool + '_ {
 }
 
 impl Table {
+    /// See `locked`.
+    #[cold]
+    fn forget_ghosts(&mut self, now: u64) {
+        let mut ghosts = Vec::new();
+        for e in self.entries.iter_mut() {
+            let before = e.waits.len();
+            // A ghost the lock was handed to before the fork keeps its record: it holds
+            // the lock, as a thread of the parent that held it does (`fork.rs`).
+            e.waits.retain(|w| {
+                w.waiter.generation == now || w.waiter.is_task() || w.waiter.status() == GRANTED
+            });
+            if e.waits.len() < before {
+                ghosts.push((
+                    Key::with_hash(e.name.clone(), e.hash),
+                    before - e.waits.len(),
+                ));
+            }
+        }
+        for (key, n) in ghosts {
+            for _ in 0..n {
+                self.unpin(&key);
+            }
+        }
+    }
+
     fn find(&mut self, key: &Key) -> Option<&mut Entry> {
         self.entries.find_mut(key.hash(), same(key))
     }
@@ -227,7 +267,7 @@ impl MemoryScope {
     fn query(&self, prefix: &str) -> Vec<Info> {
         let mut out = Vec::new();
         for shard in self.shards.iter() {
-            let table = lock(shard);
+            let table = locked(shard);
             for e in table.entries.iter() {
                 if e.pins == 0 || !e.name.starts_with(prefix) {
                     continue;
@@ -256,7 +296,7 @@ impl MemoryScope {
     /// shard more than those held or waited for); for tests of the memory rule.
     #[cfg(test)]
     pub fn entries(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).entries.len()).sum()
+        self.shards.iter().map(|s| locked(s).entries.len()).sum()
     }
 
     /// The most idle entries the scope keeps.
@@ -342,7 +382,7 @@ impl MemoryClient {
             let mut releases = Vec::new();
             let mut wake = Vec::new();
             {
-                let mut table = lock(shard);
+                let mut table = locked(shard);
                 for e in table.entries.iter_mut() {
                     let mut i = 0;
                     while i < e.holds.len() {
@@ -374,7 +414,7 @@ impl MemoryClient {
                 let released = slot.release(mode);
                 debug_assert!(released, "BUG: a recorded hold was not held");
                 drop(slot);
-                lock(shard).unpin(&key);
+                locked(shard).unpin(&key);
                 if let Some(t) = lost {
                     t.cancel(reason.clone());
                 }
@@ -406,7 +446,7 @@ impl View<'_> {
     /// acquire fails.
     pub fn record(&self, scoped: bool, who: Who) -> Result<u64, Failure> {
         let since = now();
-        let mut table = lock(self.table());
+        let mut table = locked(self.table());
         if self.client.is_closed() {
             drop(table);
             self.unlock();
@@ -435,7 +475,7 @@ impl View<'_> {
         &self,
         pick: impl FnOnce(&mut Vec<HoldRecord>) -> Option<HoldRecord>,
     ) -> bool {
-        let mut table = lock(self.table());
+        let mut table = locked(self.table());
         let Table {
             entries,
             spare,
@@ -465,14 +505,14 @@ impl View<'_> {
         let released = slot.release(self.mode);
         debug_assert!(released, "BUG: a named hold was not held");
         drop(slot);
-        lock(self.table()).unpin(self.key);
+        locked(self.table()).unpin(self.key);
     }
 
     /// Try once; on success run `then` on the shard (still locked) and return its value.
     /// Nothing is taken if the client is closed.
     #[inline]
     fn try_lock_with<T>(&self, then: impl FnOnce(&mut u64, &mut Entry) -> T) -> Option<T> {
-        let mut table = lock(self.table());
+        let mut table = locked(self.table());
         if self.client.is_closed() {
             return None;
         }
@@ -542,7 +582,7 @@ impl View<'_> {
 
     /// The `lost` token of the hold with this fence.
     pub fn lost(&self, fence: u64) -> Lost {
-        let mut table = lock(self.table());
+        let mut table = locked(self.table());
         let Some(entry) = table.find(self.key) else {
             return Lost::Ended;
         };
@@ -555,7 +595,7 @@ impl View<'_> {
     /// A snapshot of this name in this mode, across every client of the scope.
     pub fn statistics(&self) -> Statistics {
         let slot = {
-            let mut table = lock(self.table());
+            let mut table = locked(self.table());
             match table.find(self.key) {
                 Some(e) => e.slot.clone(),
                 None => return Statistics::default(),
@@ -566,7 +606,9 @@ impl View<'_> {
 
     /// Run `f` on the slot of this name, if it has an entry (for the embedding's tags).
     pub fn with_slot<T>(&self, f: impl FnOnce(&LockView) -> T) -> Option<T> {
-        let slot = lock(self.table()).find(self.key).map(|e| e.slot.clone())?;
+        let slot = locked(self.table())
+            .find(self.key)
+            .map(|e| e.slot.clone())?;
         Some(f(&LockView::over(slot, self.mode)))
     }
 }
@@ -580,7 +622,7 @@ impl View<'_> {
 
     /// A hold with no record (one a waiter that gave up passes on).
     fn unlock(&self) -> bool {
-        let mut table = lock(self.table());
+        let mut table = locked(self.table());
         let Table {
             entries,
             spare,
@@ -609,7 +651,7 @@ impl View<'_> {
     ) -> Enqueued<Box<dyn RawWaiter>> {
         let who = Who::thread();
         let (slot, id) = {
-            let mut table = lock(self.table());
+            let mut table = locked(self.table());
             table.wait_id += 1;
             let id = table.wait_id;
             let Table {
@@ -626,7 +668,7 @@ impl View<'_> {
             Enqueued::Queued(w) => w,
         };
         {
-            let mut table = lock(self.table());
+            let mut table = locked(self.table());
             let entry = table.find(self.key).expect("BUG: a waiter with no entry");
             entry.waits.push(WaitRecord {
                 id,
@@ -683,7 +725,7 @@ impl MemoryWaiter {
             return;
         }
         let view = self.view();
-        let mut table = lock(view.table());
+        let mut table = locked(view.table());
         if let Some(e) = table.find(view.key) {
             if let Some(i) = e.waits.iter().position(|w| w.id == self.id) {
                 e.waits.swap_remove(i);
