@@ -16,6 +16,7 @@
 
 use std::hash::BuildHasher;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -93,10 +94,19 @@ impl Who {
         Who {
             // SAFETY: `pthread_self` has no preconditions and always succeeds.
             thread: unsafe { libc::pthread_self() } as u64,
-            task: TASK.with(|t| t.borrow().clone()),
+            // ORDERING: a hint that saves the thread-local lookup while no task was ever
+            // named; a thread that named one (`as_task`) sees its own store.
+            task: if TASKS_NAMED.load(Ordering::Relaxed) {
+                TASK.with(|t| t.borrow().clone())
+            } else {
+                None
+            },
         }
     }
 }
+
+/// Set once a task was named (`as_task`); until then no thread has a task to read.
+static TASKS_NAMED: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
     /// The task this thread acquires for, while `as_task` runs.
@@ -106,6 +116,10 @@ thread_local! {
 /// Run `f` with holds and waits this thread records said to be `task`'s (an
 /// asynchronous task's name, for `query()`).
 pub fn as_task<T>(task: Option<Arc<str>>, f: impl FnOnce() -> T) -> T {
+    if task.is_some() && !TASKS_NAMED.load(Ordering::Relaxed) {
+        // ORDERING: see `Who::thread`.
+        TASKS_NAMED.store(true, Ordering::Relaxed);
+    }
     struct Restore(Option<Arc<str>>);
     impl Drop for Restore {
         fn drop(&mut self) {
