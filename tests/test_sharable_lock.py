@@ -27,6 +27,7 @@ from ctxlock import (
     Unlock,
     WouldBlock,
 )
+from kinds import SHARABLE_FAMILIES, Family, over_families
 
 # Long enough for a thread on a busy machine to reach its acquire and queue there.
 SETTLE = 0.3
@@ -697,3 +698,21 @@ def test_ctrl_c_interrupts_a_blocked_acquire(errors: Errors, mode: str) -> None:
     assert got_in.wait(PATIENCE)
     join_all(w, r)
     assert_free(rw)
+
+
+@over_families(SHARABLE_FAMILIES)
+def test_statistics_of_the_whole_sharable_lock(family: Family) -> None:
+    assert family.sharable is not None
+    rw = family.sharable()
+    assert rw.statistics() == rw.exclusive.statistics()  # free: all zero
+    assert not rw.statistics().locked
+    readers = [rw.shared.acquire() for _ in range(3)]
+    s = rw.statistics()
+    assert (s.locked, s.holders, s.waiting) == (True, 3, 0)
+    for unlock in readers:
+        unlock()
+    with rw.exclusive:
+        s = rw.statistics()
+        assert (s.locked, s.holders, s.waiting) == (True, 1, 0)
+    s = rw.statistics()
+    assert (s.locked, s.holders, s.waiting) == (False, 0, 0)

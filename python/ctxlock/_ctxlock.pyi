@@ -328,6 +328,10 @@ class SharableLock:
     @property
     def exclusive(self) -> LockView:
         """The exclusive view: one holder, nobody else (Go's ``ExclusiveLock``)."""
+    def statistics(self) -> LockStatistics:
+        """A snapshot of the whole lock: ``locked`` in either mode, ``holders`` (one writer or
+        the readers) and ``waiting`` (both modes share one queue).
+        """
 
 @final
 class LockManager:
@@ -513,6 +517,11 @@ class NamedSharableLock:
     @property
     def manager(self) -> LockManager:
         """The ``LockManager`` it came from."""
+    def statistics(self) -> LockStatistics:
+        """A snapshot of the whole lock, across every client of the scope: ``locked`` in either
+        mode, ``holders`` (one writer or the readers) and ``waiting`` (both modes share one
+        queue).
+        """
     @property
     def shared(self) -> NamedLock:
         """The shared mode: its holders share the lock."""

@@ -42,6 +42,18 @@ impl Statistics {
     }
 }
 
+impl Statistics {
+    /// The whole lock from the snapshots of its two modes: held if either is, by the
+    /// holders of both (one writer, or the readers), with the one queue's waiters.
+    pub fn of_both(exclusive: Statistics, shared: Statistics) -> Statistics {
+        Statistics {
+            locked: exclusive.locked || shared.locked,
+            holders: exclusive.holders + shared.holders,
+            waiting: exclusive.waiting.max(shared.waiting),
+        }
+    }
+}
+
 impl LockView {
     /// A snapshot of this view: its holders, and everyone queued on the lock.
     pub fn statistics(&self) -> Statistics {

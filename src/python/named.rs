@@ -361,6 +361,17 @@ impl PyNamedSharableLock {
         self.exclusive.get().manager.clone_ref(py)
     }
 
+    /// A snapshot of the whole lock, across every client of the scope: ``locked`` in either
+    /// mode, ``holders`` (one writer or the readers) and ``waiting`` (both modes share one
+    /// queue).
+    fn statistics(&self) -> crate::python::stats::PyLockStatistics {
+        crate::core::stats::Statistics::of_both(
+            self.exclusive.get().view.statistics(),
+            self.shared.get().view.statistics(),
+        )
+        .into()
+    }
+
     /// The shared mode: its holders share the lock.
     #[getter]
     fn shared(&self, py: Python<'_>) -> Py<PyNamedLock> {

@@ -55,6 +55,14 @@ impl PySharableLock {
         self.exclusive.clone_ref(py)
     }
 
+    /// A snapshot of the whole lock: ``locked`` in either mode, ``holders`` (one writer or
+    /// the readers) and ``waiting`` (both modes share one queue).
+    fn statistics(&self) -> crate::python::stats::PyLockStatistics {
+        let v = &self.exclusive.get().view;
+        crate::core::stats::Statistics::of_both(v.statistics(), self.shared.get().view.statistics())
+            .into()
+    }
+
     fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<()> {
         Err(super::errors::not_picklable(slf.as_any()))
     }
