@@ -117,10 +117,7 @@ fn locked(shard: &Mutex<Table>) -> MutexGuard<'_, Table> {
 
 fn same(key: &Key) -> impl Fn(&Entry) -> bool + '_ {
     let name = key.name();
-    move |e| {
-        std::ptr::eq(e.name.as_ptr(), name.as_ptr()) && e.name.len() == name.len()
-            || *e.name == *name
-    }
+    move |e| *e.name == *name
 }
 
 impl Table {
@@ -411,10 +408,7 @@ impl MemoryClient {
                 w.wake();
             }
             for (key, slot, mode, lost) in releases {
-                let released = slot.release(mode);
-                debug_assert!(released, "BUG: a recorded hold was not held");
-                drop(slot);
-                locked(shard).unpin(&key);
+                self.view(&key, mode).release_handing_off(slot);
                 if let Some(t) = lost {
                     t.cancel(reason.clone());
                 }
@@ -445,20 +439,32 @@ impl View<'_> {
     /// it its fence. If the client closed meanwhile, the hold is given back and the
     /// acquire fails.
     pub fn record(&self, scoped: bool, who: Who) -> Result<u64, Failure> {
-        let since = now();
+        let since = now_coarse();
         let mut table = locked(self.table());
         if self.client.is_closed() {
             drop(table);
             self.unlock();
             return Err(Failure::closed());
         }
-        table.fence += 1;
-        let fence = table.fence;
-        let entry = table
-            .find(self.key)
+        let Table { entries, fence, .. } = &mut *table;
+        let entry = entries
+            .find_mut(self.key.hash(), same(self.key))
             .expect("BUG: a hold of a name with no entry");
+        Ok(self.push_hold(fence, entry, scoped, who, since))
+    }
+
+    /// Record a hold of this view in `entry` with the shard's next fence (`last`).
+    fn push_hold(
+        &self,
+        last: &mut u64,
+        entry: &mut Entry,
+        scoped: bool,
+        who: Who,
+        since: f64,
+    ) -> u64 {
+        *last += 1;
         entry.holds.push(HoldRecord {
-            fence,
+            fence: *last,
             mode: self.mode,
             scoped,
             client: self.client.id,
@@ -466,15 +472,13 @@ impl View<'_> {
             since,
             lost: None,
         });
-        Ok(fence)
+        *last
     }
 
-    /// Release the hold whose record `pick` finds (and removes). False if there is none
-    /// (released already, or ended by `close`).
-    fn release_record(
-        &self,
-        pick: impl FnOnce(&mut Vec<HoldRecord>) -> Option<HoldRecord>,
-    ) -> bool {
+    /// Release a hold of this mode, and its pin, if `pick` says there is one: it takes the
+    /// hold's record out (or finds none to take, for a hold without one). False if it
+    /// says there is none (released already, or ended by `close`).
+    fn release_record(&self, pick: impl FnOnce(&mut Vec<HoldRecord>) -> bool) -> bool {
         let mut table = locked(self.table());
         let Table {
             entries,
@@ -485,7 +489,7 @@ impl View<'_> {
         let Ok(mut found) = entries.find_entry(self.key.hash(), same(self.key)) else {
             return false;
         };
-        if pick(&mut found.get_mut().holds).is_none() {
+        if !pick(&mut found.get_mut().holds) {
             return false;
         }
         if found.get().slot.release_uncontended(self.mode) {
@@ -537,27 +541,14 @@ impl View<'_> {
     #[inline]
     pub fn try_lock_recorded(&self, who: Who) -> Option<Result<u64, Failure>> {
         let since = now_coarse();
-        self.try_lock_with(|last, entry| {
-            *last += 1;
-            let fence = *last;
-            entry.holds.push(HoldRecord {
-                fence,
-                mode: self.mode,
-                scoped: false,
-                client: self.client.id,
-                who,
-                since,
-                lost: None,
-            });
-            Ok(fence)
-        })
+        self.try_lock_with(|last, entry| Ok(self.push_hold(last, entry, false, who, since)))
     }
 
     /// Release the hold with this fence (an `Unlock`'s).
     pub fn release(&self, fence: u64) -> bool {
         self.release_record(|holds| {
-            let i = holds.iter().position(|h| h.fence == fence && !h.scoped)?;
-            Some(holds.swap_remove(i))
+            let found = holds.iter().position(|h| h.fence == fence && !h.scoped);
+            found.map(|i| holds.swap_remove(i)).is_some()
         })
     }
 
@@ -571,12 +562,12 @@ impl View<'_> {
         self.release_record(|holds| {
             let mine = |h: &HoldRecord| h.scoped && h.mode == mode && h.client == client;
             let thread = |h: &HoldRecord| mine(h) && h.who.thread == who.thread;
-            let i = holds
+            let found = holds
                 .iter()
                 .rposition(|h| thread(h) && h.who.task == who.task)
                 .or_else(|| holds.iter().rposition(thread))
-                .or_else(|| holds.iter().rposition(mine))?;
-            Some(holds.remove(i))
+                .or_else(|| holds.iter().rposition(mine));
+            found.map(|i| holds.remove(i)).is_some()
         })
     }
 
@@ -594,14 +585,7 @@ impl View<'_> {
 
     /// A snapshot of this name in this mode, across every client of the scope.
     pub fn statistics(&self) -> Statistics {
-        let slot = {
-            let mut table = locked(self.table());
-            match table.find(self.key) {
-                Some(e) => e.slot.clone(),
-                None => return Statistics::default(),
-            }
-        };
-        LockView::over(slot, self.mode).statistics()
+        self.with_slot(LockView::statistics).unwrap_or_default()
     }
 
     /// Run `f` on the slot of this name, if it has an entry (for the embedding's tags).
@@ -622,25 +606,7 @@ impl View<'_> {
 
     /// A hold with no record (one a waiter that gave up passes on).
     fn unlock(&self) -> bool {
-        let mut table = locked(self.table());
-        let Table {
-            entries,
-            spare,
-            idle,
-            ..
-        } = &mut *table;
-        let Ok(found) = entries.find_entry(self.key.hash(), same(self.key)) else {
-            debug_assert!(false, "BUG: a hold of a name with no entry");
-            return false;
-        };
-        if found.get().slot.release_uncontended(self.mode) {
-            unpin_found(found, spare, idle);
-        } else {
-            let slot = found.get().slot.clone();
-            drop(table);
-            self.release_handing_off(slot);
-        }
-        true
+        self.release_record(|_| true)
     }
 
     fn enqueue(
@@ -867,6 +833,22 @@ mod tests {
         NamedView::new(client.clone(), Key::new(Arc::from(name)), mode)
     }
 
+    /// A key of the first shard (the hash's high bits pick it).
+    fn key_in_shard_0(name: &str, low: u64) -> Key {
+        Key::with_hash(Arc::from(name), low)
+    }
+
+    /// Fill the first shard's idle entries, so that the next entry to go idle goes to
+    /// spare.
+    fn fill_idle(client: &Arc<MemoryClient>) {
+        for i in 0..IDLE_ENTRIES as u64 {
+            let name = format!("idle{i}");
+            let v = NamedView::new(client.clone(), key_in_shard_0(&name, i), Mode::Exclusive);
+            let fence = v.try_lock_recorded(Who::thread()).unwrap().unwrap();
+            assert!(v.release(fence));
+        }
+    }
+
     #[test]
     fn a_name_nobody_holds_has_no_entry() {
         let scope = scope();
@@ -921,14 +903,8 @@ mod tests {
     fn a_reused_entry_keeps_no_tag_of_the_name_it_had() {
         let scope = scope();
         let (a, b) = (MemoryClient::new(scope), MemoryClient::new(scope));
-        // Names of one shard (the hash's high bits pick it).
-        let key = |name: &str, low: u64| Key::with_hash(Arc::from(name), low);
-        // Fill the shard's idle entries, so that the next entry to go idle goes to spare.
-        for i in 0..IDLE_ENTRIES as u64 {
-            let v = NamedView::new(a.clone(), key(&format!("idle{i}"), i), Mode::Exclusive);
-            let fence = v.try_lock_recorded(Who::thread()).unwrap().unwrap();
-            assert!(v.release(fence));
-        }
+        let key = key_in_shard_0;
+        fill_idle(&a);
         // An `async with` hold of "x", tagged, ended by close before its exit untags it.
         let x = NamedView::new(a.clone(), key("x", 1000), Mode::Exclusive);
         assert!(x.try_lock());
@@ -946,12 +922,8 @@ mod tests {
     fn an_async_with_exit_leaves_no_tag_on_a_spare_entry() {
         let scope = scope();
         let client = MemoryClient::new(scope);
-        let key = |name: &str, low: u64| Key::with_hash(Arc::from(name), low);
-        for i in 0..IDLE_ENTRIES as u64 {
-            let v = NamedView::new(client.clone(), key(&format!("idle{i}"), i), Mode::Exclusive);
-            let fence = v.try_lock_recorded(Who::thread()).unwrap().unwrap();
-            assert!(v.release(fence));
-        }
+        let key = key_in_shard_0;
+        fill_idle(&client);
         // `async with` on "x" and its `__aexit__`: release, then untag (the entry has
         // gone to spare by then, so the untag finds nothing).
         let x = NamedView::new(client.clone(), key("x", 1000), Mode::Exclusive);

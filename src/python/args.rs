@@ -43,3 +43,18 @@ pub(crate) fn timeout_keyword<T: pyo3::PyClass>() -> PyErr {
         T::NAME
     ))
 }
+
+/// `obj` as a str, or a `TypeError` saying `what` must be one (`what`: "lock name must be a
+/// str", "LockManager url must be a str or None") and what it was.
+pub(crate) fn a_str<'a, 'py>(
+    obj: &'a Bound<'py, PyAny>,
+    what: &str,
+) -> PyResult<&'a Bound<'py, pyo3::types::PyString>> {
+    obj.cast::<pyo3::types::PyString>().map_err(|_| {
+        let type_name = obj
+            .get_type()
+            .name()
+            .map_or_else(|_| "?".to_owned(), |n| n.to_string());
+        PyTypeError::new_err(format!("{what}, not {type_name}"))
+    })
+}

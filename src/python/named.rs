@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyString;
@@ -17,6 +17,7 @@ use crate::core::scopes::{connect, ConnectError};
 use crate::core::stats::Statistics;
 use crate::core::waiter::Mode;
 
+use super::args::a_str;
 use super::errors::{backend_reason, BackendError};
 use super::kind::{Held, Kind, Lost};
 use super::lock::lock_methods;
@@ -45,17 +46,9 @@ pub(crate) struct PyLockManager {
     closed: AtomicBool,
 }
 
-fn not_a_str(name: &Bound<'_, PyAny>) -> PyErr {
-    let type_name = name
-        .get_type()
-        .name()
-        .map_or_else(|_| "?".to_owned(), |n| n.to_string());
-    PyTypeError::new_err(format!("lock name must be a str, not {type_name}"))
-}
-
 /// A lock name from Python: a non-empty str of at most 1024 UTF-8 bytes.
 fn name_of<'py>(name: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
-    let s = name.cast::<PyString>().map_err(|_| not_a_str(name))?;
+    let s = a_str(name, "lock name must be a str")?;
     check_name(s.to_str()?).map_err(PyValueError::new_err)?;
     Ok(s.clone())
 }
@@ -74,16 +67,7 @@ impl PyLockManager {
     fn new(url: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         let url = match url {
             None => "memory:".to_owned(),
-            Some(u) => u
-                .cast::<PyString>()
-                .map_err(|_| {
-                    PyTypeError::new_err(format!(
-                        "LockManager url must be a str or None, not {}",
-                        u.get_type()
-                            .name()
-                            .map_or_else(|_| "?".to_owned(), |n| n.to_string())
-                    ))
-                })?
+            Some(u) => a_str(u, "LockManager url must be a str or None")?
                 .to_str()?
                 .to_owned(),
         };
