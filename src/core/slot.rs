@@ -213,6 +213,8 @@ impl Slot {
     /// [`Slot::release`] when it needs no hand-off: one CAS, nobody woken. False (and
     /// nothing changed) when waiters are queued or this is not a hold of `mode`; then
     /// `release` does it (the caller must not hold a mutex that a wake-up may need).
+    /// (Used by the named locks, which loom does not build.)
+    #[cfg_attr(loom, allow(dead_code))]
     #[inline]
     pub(crate) fn release_uncontended(&self, mode: Mode) -> bool {
         match mode {
