@@ -161,12 +161,11 @@ def test_url_is_keyword_or_positional() -> None:
 @pytest.mark.parametrize(
     "url",
     [
-        "file:///var/lock/ctxlock",
         "postgresql://app:secret@db.example/locks",
         "postgres://db.example/locks",
     ],
 )
-def test_the_next_scopes_are_not_available_yet(url: str) -> None:
+def test_the_postgresql_scope_is_not_available_yet(url: str) -> None:
     with pytest.raises(BackendError) as caught:
         LockManager(url)
     assert isinstance(caught.value, LockError)

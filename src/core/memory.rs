@@ -239,20 +239,33 @@ fn unpin_found(
 pub struct MemoryScope {
     shards: Box<[Mutex<Table>]>,
     clients: AtomicU64,
+    /// Where fences come from when not from the shards' counters: a scope that is one
+    /// process's part of a wider one (`file.rs`) takes them from the wider scope.
+    fences: Option<Box<dyn Fn() -> u64 + Send + Sync>>,
 }
 
 impl MemoryScope {
-    fn new() -> MemoryScope {
+    pub(crate) fn new() -> MemoryScope {
         MemoryScope {
             shards: (0..SHARDS).map(|_| Mutex::new(Table::default())).collect(),
             clients: AtomicU64::new(0),
+            fences: None,
+        }
+    }
+
+    /// A scope of its own whose fences come from `fences` (called under a shard's
+    /// mutex, with the hold taken; its values must be unique and increasing).
+    pub(crate) fn with_fences(fences: impl Fn() -> u64 + Send + Sync + 'static) -> MemoryScope {
+        MemoryScope {
+            fences: Some(Box::new(fences)),
+            ..MemoryScope::new()
         }
     }
 
     /// The in-process scope.
-    pub fn get() -> &'static MemoryScope {
-        static MEMORY: OnceLock<MemoryScope> = OnceLock::new();
-        MEMORY.get_or_init(MemoryScope::new)
+    pub fn get() -> Arc<MemoryScope> {
+        static MEMORY: OnceLock<Arc<MemoryScope>> = OnceLock::new();
+        MEMORY.get_or_init(|| Arc::new(MemoryScope::new())).clone()
     }
 
     fn shard(&self, hash: u64) -> &Mutex<Table> {
@@ -262,6 +275,7 @@ impl MemoryScope {
 
     /// Every hold and waiter of every client whose name starts with `prefix`.
     fn query(&self, prefix: &str) -> Vec<Info> {
+        let pid = std::process::id();
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             let table = locked(shard);
@@ -274,6 +288,7 @@ impl MemoryScope {
                     mode: h.mode,
                     held: true,
                     who: h.who.clone(),
+                    pid,
                     since: h.since,
                 }));
                 out.extend(e.waits.iter().map(|w| Info {
@@ -281,6 +296,7 @@ impl MemoryScope {
                     mode: w.mode,
                     held: false,
                     who: w.who.clone(),
+                    pid,
                     since: w.since,
                 }));
             }
@@ -308,7 +324,7 @@ impl MemoryScope {
 /// record is added under its shard's mutex after reading `closed` there. So a record is
 /// either seen by `close` (which ends it) or was never added (its adder saw `closed`).
 pub struct MemoryClient {
-    scope: &'static MemoryScope,
+    scope: Arc<MemoryScope>,
     id: u64,
     closed: AtomicBool,
     /// The call of `close_all` that ends the holds, and whether it has: a later call
@@ -332,7 +348,7 @@ fn this_thread() -> u64 {
 }
 
 impl MemoryClient {
-    pub fn new(scope: &'static MemoryScope) -> Arc<MemoryClient> {
+    pub fn new(scope: Arc<MemoryScope>) -> Arc<MemoryClient> {
         // ORDERING: a unique number; nothing else is published with it.
         let id = scope.clients.fetch_add(1, Ordering::Relaxed) + 1;
         Arc::new(MemoryClient {
@@ -462,9 +478,15 @@ impl View<'_> {
         who: Who,
         since: f64,
     ) -> u64 {
-        *last += 1;
+        let fence = match &self.client.scope.fences {
+            Some(next) => next(),
+            None => {
+                *last += 1;
+                *last
+            }
+        };
         entry.holds.push(HoldRecord {
-            fence: *last,
+            fence,
             mode: self.mode,
             scoped,
             client: self.client.id,
@@ -472,7 +494,7 @@ impl View<'_> {
             since,
             lost: None,
         });
-        *last
+        fence
     }
 
     /// Release a hold of this mode, and its pin, if `pick` says there is one: it takes the
@@ -808,6 +830,13 @@ impl Session for MemoryClient {
 }
 
 impl MemoryClient {
+    /// Whether anybody holds `key` (in either mode), recorded or not.
+    pub(crate) fn is_held(&self, key: &Key) -> bool {
+        self.view(key, Mode::Exclusive)
+            .with_slot(|v| v.slot().snapshot().0 != 0)
+            .unwrap_or(false)
+    }
+
     #[inline]
     fn view<'a>(&'a self, key: &'a Key, mode: Mode) -> View<'a> {
         View {
@@ -824,9 +853,9 @@ mod tests {
     use crate::core::lock::forever;
     use crate::core::named::NamedView;
 
-    fn scope() -> &'static MemoryScope {
+    fn scope() -> Arc<MemoryScope> {
         // Each test has its own scope, so that tests running at once do not meet.
-        Box::leak(Box::new(MemoryScope::new()))
+        Arc::new(MemoryScope::new())
     }
 
     fn view(client: &Arc<MemoryClient>, name: &str, mode: Mode) -> NamedView {
@@ -867,7 +896,7 @@ mod tests {
     #[test]
     fn fences_increase_across_clients_and_entries() {
         let scope = scope();
-        let (a, b) = (MemoryClient::new(scope), MemoryClient::new(scope));
+        let (a, b) = (MemoryClient::new(scope.clone()), MemoryClient::new(scope));
         let mut last = 0;
         for i in 0..100 {
             let c = if i % 2 == 0 { &a } else { &b };
@@ -884,7 +913,7 @@ mod tests {
     #[test]
     fn a_scoped_release_takes_only_a_hold_of_its_own_client() {
         let scope = scope();
-        let (a, b) = (MemoryClient::new(scope), MemoryClient::new(scope));
+        let (a, b) = (MemoryClient::new(scope.clone()), MemoryClient::new(scope));
         let (va, vb) = (view(&a, "x", Mode::Shared), view(&b, "x", Mode::Shared));
         let me = Who::thread();
         for v in [&va, &vb] {
@@ -902,7 +931,7 @@ mod tests {
     #[test]
     fn a_reused_entry_keeps_no_tag_of_the_name_it_had() {
         let scope = scope();
-        let (a, b) = (MemoryClient::new(scope), MemoryClient::new(scope));
+        let (a, b) = (MemoryClient::new(scope.clone()), MemoryClient::new(scope));
         let key = key_in_shard_0;
         fill_idle(&a);
         // An `async with` hold of "x", tagged, ended by close before its exit untags it.
@@ -964,7 +993,7 @@ mod tests {
     #[test]
     fn two_clients_exclude_each_other_and_close_ends_holds() {
         let scope = scope();
-        let (a, b) = (MemoryClient::new(scope), MemoryClient::new(scope));
+        let (a, b) = (MemoryClient::new(scope.clone()), MemoryClient::new(scope));
         let va = view(&a, "x", Mode::Exclusive);
         let vb = view(&b, "x", Mode::Shared);
         assert!(va.try_lock());

@@ -13,12 +13,18 @@
 //!   `stats` (what `statistics()` reports);
 //! - named locks: `named` (the contract and the `Session` seam every scope implements),
 //!   `memory` (the in-process scope: a table of slots by name, with fences and the
-//!   records `query()` reads), `scopes` (`connect`: one line per scope picks it by url).
+//!   records `query()` reads), `file_table` (the table a directory's processes share)
+//!   and `file` (the processes-of-one-machine scope: a private `memory` scope per
+//!   manager behind a kernel-owned hold per name), `scopes` (`connect`: one line per scope picks it by url).
 
 pub mod acquire;
 pub mod cancel;
 pub mod deadline;
 pub mod error;
+#[cfg(all(not(loom), target_os = "linux"))]
+pub(crate) mod file;
+#[cfg(all(not(loom), target_os = "linux"))]
+pub(crate) mod file_table;
 pub mod fork;
 pub(crate) mod give_up;
 pub mod lock;

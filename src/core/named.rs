@@ -139,6 +139,8 @@ pub struct Info {
     /// Held (true) or waiting.
     pub held: bool,
     pub who: Who,
+    /// The process of the holder or waiter (this one, except at scopes wider than it).
+    pub pid: u32,
     /// Seconds since the Unix epoch at the grant or at the start of the wait.
     pub since: f64,
 }

@@ -13,6 +13,7 @@ use std::time::Instant;
 use super::sync::Thread;
 
 /// How a queued waiter is woken.
+#[derive(Clone)]
 pub enum Notify {
     /// A blocked thread: `unpark`.
     Thread(Thread),

@@ -1,7 +1,7 @@
 //! Every scope of named locks, picked by url: the one place that knows them all.
 //!
 //! - `memory:` (`memory.rs`): the threads and tasks of this process.
-//! - `file:///dir`: the processes of this machine (not built yet).
+//! - `file:///dir` (`file.rs`): the processes of this machine (Linux).
 //! - `postgresql://…`: many machines, on PostgreSQL advisory locks (not built yet).
 
 use std::sync::Arc;
@@ -33,11 +33,7 @@ pub fn connect(url: &str) -> Result<Arc<dyn Session>, ConnectError> {
                 "LockManager url {url:?} needs an absolute directory: 'file:///absolute/dir'"
             )));
         }
-        return Err(ConnectError::Backend(
-            "the processes-of-this-machine scope ('file:///dir') is not available in this \
-             version of ctxlock; use 'memory:'"
-                .to_owned(),
-        ));
+        return file_scope(path);
     }
     if url.starts_with("postgresql://") || url.starts_with("postgres://") {
         return Err(ConnectError::Backend(
@@ -49,4 +45,24 @@ pub fn connect(url: &str) -> Result<Arc<dyn Session>, ConnectError> {
     Err(ConnectError::BadUrl(format!(
         "LockManager url {url:?} has an unsupported scheme; the supported ones are {SCHEMES}"
     )))
+}
+
+#[cfg(target_os = "linux")]
+fn file_scope(path: &str) -> Result<Arc<dyn Session>, ConnectError> {
+    let dir = super::file_table::dir_path(path).map_err(ConnectError::BadUrl)?;
+    match super::file::FileClient::connect(&dir) {
+        Ok(client) => Ok(client),
+        Err(e) => Err(ConnectError::Backend(e)),
+    }
+}
+
+/// Open-file-description locks and futexes are Linux's; elsewhere the scope says so
+/// when the manager is made.
+#[cfg(not(target_os = "linux"))]
+fn file_scope(_path: &str) -> Result<Arc<dyn Session>, ConnectError> {
+    Err(ConnectError::Backend(
+        "the processes-of-this-machine scope ('file:///dir') needs Linux (open file \
+         description locks and futexes); use 'memory:' or 'postgresql://'"
+            .to_owned(),
+    ))
 }

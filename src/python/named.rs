@@ -126,7 +126,7 @@ impl PyLockManager {
     fn query(&self, py: Python<'_>, prefix: &str) -> PyResult<Vec<PyLockInfo>> {
         let infos = self.session.query(prefix);
         let names = thread_names(py)?;
-        let host = host_and_pid(py)?;
+        let host = host_name(py)?;
         Ok(infos
             .into_iter()
             .map(|i| PyLockInfo::new(i, &host, &names))
@@ -166,13 +166,14 @@ impl PyLockManager {
     }
 }
 
-/// `"host:pid"` of this process.
-fn host_and_pid(py: Python<'_>) -> PyResult<String> {
+/// This machine's name, as `socket.gethostname()` says (every scope so far is of
+/// processes of this machine, or names its owners by this machine's clients).
+fn host_name(py: Python<'_>) -> PyResult<&'static str> {
     static HOST: PyOnceLock<String> = PyOnceLock::new();
-    let host = HOST.get_or_try_init(py, || -> PyResult<String> {
+    HOST.get_or_try_init(py, || -> PyResult<String> {
         py.import("socket")?.call_method0("gethostname")?.extract()
-    })?;
-    Ok(format!("{host}:{}", std::process::id()))
+    })
+    .map(String::as_str)
 }
 
 /// Python's thread names by `threading.get_ident()`.
@@ -209,8 +210,10 @@ pub(crate) struct PyLockInfo {
 
 impl PyLockInfo {
     fn new(i: Info, host: &str, threads: &[(u64, String)]) -> PyLockInfo {
-        let mut owner = host.to_owned();
-        match threads.iter().find(|(id, _)| *id == i.who.thread) {
+        let mut owner = format!("{host}:{}", i.pid);
+        // Thread names are known for this process's threads only.
+        let here = i.pid == std::process::id();
+        match threads.iter().find(|(id, _)| here && *id == i.who.thread) {
             Some((_, name)) => owner += &format!(" thread {name:?}"),
             None => owner += &format!(" thread {}", i.who.thread),
         }

@@ -1,0 +1,981 @@
+//! The processes-of-one-machine scope of named locks (`LockManager("file:///dir")`).
+//!
+//! Two levels, one per owner:
+//! - **the kernel** owns each manager's hold of a name: an open-file-description lock on
+//!   the name's slot in the directory's table (`file_table.rs`), shared or exclusive. It
+//!   is freed when the manager's process dies, whatever the way, so a crash leaves
+//!   nothing to repair;
+//! - **the process** owns the queue: a private in-process scope (`memory.rs`, the same
+//!   tables, records, fences and close as `memory:`) orders the manager's own threads and
+//!   tasks. A thread or task first takes the name in that scope, then enters the
+//!   manager's *gate* of the name: the kernel hold, taken by the first local holder and
+//!   released after the last, or passed on among local holders without a system call
+//!   (the cohort: at most `MAX_HANDOFFS` times and for `MAX_KEEP`, and never while
+//!   another client waits for the name).
+//!
+//! A local holder that cannot enter the gate at once (another client holds the name)
+//! leaves a *ticket*: the manager's agent thread takes the kernel hold for it when the
+//! holder's release rings the manager's doorbell (a futex word in the table), then wakes
+//! it the way every waiter is woken (`Notify`), so that a thread's or a task's wait,
+//! deadline and cancellation are the in-process ones. A killed holder rings nothing: an
+//! agent with tickets also tries again every `CRASH_CHECK`, which is how a waiter
+//! notices the kernel freed a dead holder's lock.
+//!
+//! Fairness between clients: a release with other clients waiting gives the next of them
+//! (round robin) the turn, and the others leave the name to it for a few milliseconds.
+//! Phase fairness: a client's waiting exclusive request read-locks the slot's writer byte
+//! while it waits, and no other client starts a shared hold meanwhile.
+//!
+//! `query()` and `statistics()` ask every live client (its agent publishes its records in
+//! its part of the table, under a seqlock), so they see every process's holds and waits.
+
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hashbrown::HashTable;
+
+use super::cancel::Reason;
+use super::file_table::{futex_wait, futex_wake, stable_hash, Range, Table};
+use super::memory::{MemoryClient, MemoryScope};
+use super::named::{Failure, Info, Key, Lost, Session, Who};
+use super::raw::{Compete, Enqueued, Notify, RawWaiter, Status};
+use super::stats::Statistics;
+use super::waiter::Mode;
+
+/// Local hand-offs of one kernel hold before it is given back to the kernel.
+const MAX_HANDOFFS: u32 = 32;
+/// How long a kernel hold may be handed on locally.
+const MAX_KEEP: Duration = Duration::from_millis(2);
+/// How often an agent with tickets tries again when no release rang (a crashed holder).
+const CRASH_CHECK: Duration = Duration::from_millis(10);
+/// Idle gates (names used and let go) a manager keeps, with their slot pinned.
+const IDLE_GATES: usize = 64;
+/// How long `query()` waits for another client's answer.
+const ANSWER_WITHIN: Duration = Duration::from_secs(1);
+
+/// A local holder waiting to enter a gate.
+struct Ticket {
+    mode: Mode,
+    notify: Notify,
+    /// Set (under the gates' mutex) when the agent entered the gate for it.
+    granted: AtomicBool,
+    who: Who,
+    since: f64,
+}
+
+/// This manager's kernel hold of one name.
+///
+/// # Invariants
+/// - `held` is the kernel hold of `slot` on this manager's description; `users` counts
+///   the local holds that entered it. `held` is `Some` with `users == 0` only while a
+///   local holder that has not entered yet will (or will give its hold back and settle).
+/// - `tickets` are local holders (all of one mode) that could not enter; `marked` says
+///   this client's waiting bit of the slot is set, which it is while `tickets` is
+///   non-empty; `writer` that its writer byte is read-locked (an exclusive ticket).
+struct Gate {
+    name: Arc<str>,
+    hash: u64,
+    /// The name's slot in the table, pinned; `None` until pinned (or the table was full).
+    slot: Option<usize>,
+    held: Option<Mode>,
+    users: u32,
+    handoffs: u32,
+    since: Instant,
+    tickets: Vec<Arc<Ticket>>,
+    marked: bool,
+    writer: bool,
+}
+
+impl Gate {
+    fn idle(&self) -> bool {
+        self.users == 0 && self.held.is_none() && self.tickets.is_empty()
+    }
+}
+
+#[derive(Default)]
+struct Gates {
+    map: HashTable<Gate>,
+    /// Set once by `shutdown`: no gate is entered again.
+    closed: bool,
+}
+
+/// What a manager's threads and its agent share: the table and the gates.
+struct Keeper {
+    table: Arc<Table>,
+    /// This manager's client entry in the table.
+    me: usize,
+    local: Arc<MemoryClient>,
+    gates: Mutex<Gates>,
+    stop: AtomicBool,
+    /// Set when a system call on the table failed: every acquire fails with it.
+    broken: OnceLock<Failure>,
+    /// The process generation the manager was made in (see `fork.rs`): a forked child
+    /// shares the parent's description, so it must not touch the parent's locks.
+    generation: u64,
+}
+
+fn range(mode: Mode) -> Range {
+    match mode {
+        Mode::Exclusive => Range::Write,
+        Mode::Shared => Range::Read,
+    }
+}
+
+impl Keeper {
+    fn gates(&self) -> MutexGuard<'_, Gates> {
+        self.gates.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn forked(&self) -> bool {
+        super::fork::generation() != self.generation
+    }
+
+    fn fail(&self, e: std::io::Error) {
+        let _ = self.broken.set(Failure(self.table.err(e)));
+    }
+
+    /// Run `f` on `key`'s gate (made if absent); `None` if the manager is shut down.
+    /// A gate idle afterwards goes if the manager keeps enough idle ones.
+    fn with_gate<T>(&self, key: &Key, f: impl FnOnce(&Self, &mut Gate) -> T) -> Option<T> {
+        let mut gates = self.gates();
+        if gates.closed || self.forked() {
+            return None;
+        }
+        let name = key.name();
+        let gate = gates
+            .map
+            .entry(key.hash(), |g| *g.name == *name, |g| g.hash)
+            .or_insert_with(|| Gate {
+                name: key.to_arc(),
+                hash: key.hash(),
+                slot: None,
+                held: None,
+                users: 0,
+                handoffs: 0,
+                since: Instant::now(),
+                tickets: Vec::new(),
+                marked: false,
+                writer: false,
+            })
+            .into_mut();
+        let out = f(self, gate);
+        if gate.idle() && gates.map.len() > IDLE_GATES {
+            if let Ok(found) = gates.map.find_entry(key.hash(), |g| *g.name == *name) {
+                let (g, _) = found.remove();
+                if let Some(s) = g.slot {
+                    if let Err(e) = self.table.unpin(s) {
+                        self.fail(e);
+                    }
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// The gate's slot, pinned now if it was not.
+    fn slot(&self, g: &mut Gate) -> Option<usize> {
+        if g.slot.is_none() {
+            match self.table.pin(&g.name, stable_hash(&g.name)) {
+                Ok(s) => g.slot = s,
+                Err(e) => self.fail(e),
+            }
+        }
+        g.slot
+    }
+
+    /// Enter `g` for `n` local holders in `mode`: join the kernel hold, or take it.
+    fn enter(&self, g: &mut Gate, mode: Mode, n: u32) -> bool {
+        let Some(s) = self.slot(g) else {
+            return false;
+        };
+        let t = &self.table;
+        match g.held {
+            Some(m) if g.users > 0 => {
+                // Only readers join readers, and not while another client's writer
+                // waits (it would wait for ever behind a stream of local readers).
+                if m == Mode::Shared && mode == Mode::Shared && !t.writer_waits(s) {
+                    g.users += n;
+                    return true;
+                }
+                return false;
+            }
+            Some(m) => {
+                // Kept for a local holder: its turn.
+                if m == mode && !(mode == Mode::Shared && t.writer_waits(s)) {
+                    g.users = n;
+                    g.handoffs += 1;
+                    return true;
+                }
+                self.free(g, s);
+            }
+            None => {}
+        }
+        if t.not_my_turn(s, self.me).is_some()
+            || (mode == Mode::Shared && t.writer_waits(s))
+        {
+            return false;
+        }
+        match t.take(s, range(mode)) {
+            Ok(true) => {
+                g.held = Some(mode);
+                g.users = n;
+                g.handoffs = 0;
+                g.since = Instant::now();
+                t.end_turn(s, self.me);
+                true
+            }
+            Ok(false) => false,
+            Err(e) => {
+                self.fail(e);
+                false
+            }
+        }
+    }
+
+    /// Give the kernel hold back, and ring the clients waiting for the name (the next
+    /// of them gets the turn).
+    fn free(&self, g: &mut Gate, s: usize) {
+        g.held = None;
+        if let Err(e) = self.table.free(s) {
+            self.fail(e);
+        }
+        let others = self.table.waiting(s, self.me);
+        if !others.is_empty() {
+            self.table.pass_turn(s, self.me, &others);
+            for c in others {
+                self.table.ring(c);
+            }
+        }
+    }
+
+    /// Whether the local scope has a holder of `name` (in either mode).
+    fn local_held(&self, g: &Gate) -> bool {
+        let key = Key::with_hash(g.name.clone(), g.hash);
+        self.local.is_held(&key)
+    }
+
+    /// After a local hold ended (and left the gate, if it had entered): pass the kernel
+    /// hold to tickets or to a local holder about to enter, or give it back.
+    fn settle(&self, g: &mut Gate, wake: &mut Vec<Arc<Ticket>>) {
+        if g.users > 0 {
+            return;
+        }
+        if let (Some(m), Some(s)) = (g.held, g.slot) {
+            let t = &self.table;
+            let keep = g.handoffs < MAX_HANDOFFS
+                && g.since.elapsed() < MAX_KEEP
+                && t.waiting(s, self.me).is_empty();
+            if keep && !g.tickets.is_empty() {
+                if g.tickets[0].mode == m && !(m == Mode::Shared && t.writer_waits(s)) {
+                    g.users = g.tickets.len() as u32;
+                    g.handoffs += 1;
+                    self.grant_all(g, wake);
+                    return;
+                }
+            } else if keep && self.local_held(g) {
+                return;
+            }
+            self.free(g, s);
+        }
+        if !g.tickets.is_empty() {
+            self.table.ring(self.me);
+        }
+    }
+
+    /// Every ticket of `g` entered: mark them granted, to be woken out of the mutex.
+    fn grant_all(&self, g: &mut Gate, wake: &mut Vec<Arc<Ticket>>) {
+        for t in g.tickets.drain(..) {
+            // ORDERING: Release pairs with the waiter's Acquire load in `status`.
+            t.granted.store(true, Ordering::Release);
+            wake.push(t);
+        }
+        self.unmark(g);
+    }
+
+    /// The tickets are gone: stop saying this client waits for the name.
+    fn unmark(&self, g: &mut Gate) {
+        let Some(s) = g.slot else { return };
+        let t = &self.table;
+        if g.marked {
+            t.mark_waiting(s, self.me, false);
+            g.marked = false;
+        }
+        if g.writer {
+            g.writer = false;
+            if let Err(e) = t.mark_writer(s, false) {
+                self.fail(e);
+            }
+            // Shared requests it held back may go now.
+            for c in t.waiting(s, self.me) {
+                t.ring(c);
+            }
+        }
+    }
+
+    fn wake(tickets: Vec<Arc<Ticket>>) {
+        for t in tickets {
+            t.notify.wake();
+        }
+    }
+
+    /// Enter `key`'s gate now, for one local holder that just took the name locally.
+    fn enter_now(&self, key: &Key, mode: Mode) -> bool {
+        self.with_gate(key, |k, g| k.enter(g, mode, 1))
+            .unwrap_or(false)
+    }
+
+    /// A local hold that entered the gate ended (its local release done).
+    fn leave(&self, key: &Key) {
+        let mut wake = Vec::new();
+        self.with_gate(key, |k, g| {
+            debug_assert!(g.users > 0, "BUG: left a gate nobody entered");
+            g.users = g.users.saturating_sub(1);
+            k.settle(g, &mut wake);
+        });
+        Self::wake(wake);
+    }
+
+    /// A local hold that never entered the gate ended (its local release done).
+    fn settle_key(&self, key: &Key) {
+        let mut wake = Vec::new();
+        self.with_gate(key, |k, g| k.settle(g, &mut wake));
+        Self::wake(wake);
+    }
+
+    /// Leave a ticket for a local holder that could not enter; the agent enters for it.
+    fn register(&self, key: &Key, mode: Mode, notify: Notify, who: Who) -> Option<Arc<Ticket>> {
+        let ticket = Arc::new(Ticket {
+            mode,
+            notify,
+            granted: AtomicBool::new(false),
+            who,
+            since: super::named::now(),
+        });
+        self.with_gate(key, |k, g| {
+            g.tickets.push(ticket.clone());
+            if let Some(s) = k.slot(g) {
+                if !g.marked {
+                    k.table.mark_waiting(s, k.me, true);
+                    g.marked = true;
+                }
+                if mode == Mode::Exclusive && !g.writer {
+                    match k.table.mark_writer(s, true) {
+                        Ok(()) => g.writer = true,
+                        Err(e) => k.fail(e),
+                    }
+                }
+            }
+        })?;
+        self.table.ring(self.me);
+        Some(ticket)
+    }
+
+    /// Take a ticket back (its holder gives up). False if it was granted first: its
+    /// holder has entered the gate.
+    fn withdraw(&self, key: &Key, ticket: &Arc<Ticket>) -> bool {
+        self.with_gate(key, |k, g| {
+            // ORDERING: set under the same mutex.
+            if ticket.granted.load(Ordering::Acquire) {
+                return false;
+            }
+            g.tickets.retain(|t| !Arc::ptr_eq(t, ticket));
+            if g.tickets.is_empty() {
+                k.unmark(g);
+                if let Some(s) = g.slot {
+                    // A turn given to this client that it will not take: the others go.
+                    k.table.end_turn(s, k.me);
+                    for c in k.table.waiting(s, k.me) {
+                        k.table.ring(c);
+                    }
+                }
+            }
+            true
+        })
+        .unwrap_or(true)
+    }
+
+    /// The agent's round: enter the gates tickets wait for. How long to sleep at most
+    /// before the next round if nothing rings (`None`: no ticket waits).
+    fn try_tickets(&self) -> Option<Duration> {
+        let mut wake = Vec::new();
+        let mut next: Option<Duration> = None;
+        {
+            let mut gates = self.gates();
+            if gates.closed || self.forked() {
+                return None;
+            }
+            for g in gates.map.iter_mut() {
+                if g.tickets.is_empty() {
+                    continue;
+                }
+                let mode = g.tickets[0].mode;
+                if self.enter(g, mode, g.tickets.len() as u32) {
+                    self.grant_all(g, &mut wake);
+                    continue;
+                }
+                let mut wait = CRASH_CHECK;
+                if let Some(ms) = g.slot.and_then(|s| self.table.not_my_turn(s, self.me)) {
+                    wait = wait.min(Duration::from_millis(ms.max(1)));
+                }
+                next = Some(next.map_or(wait, |n| n.min(wait)));
+            }
+        }
+        Self::wake(wake);
+        next
+    }
+
+    /// This client's holds and waits whose name starts with `prefix`.
+    fn local_infos(&self, prefix: &str) -> Vec<Info> {
+        let mut out = self.local.query(prefix);
+        let pid = std::process::id();
+        let gates = self.gates();
+        for g in gates.map.iter() {
+            if !g.name.starts_with(prefix) {
+                continue;
+            }
+            out.extend(g.tickets.iter().map(|t| Info {
+                name: g.name.clone(),
+                mode: t.mode,
+                held: false,
+                who: t.who.clone(),
+                pid,
+                since: t.since,
+            }));
+        }
+        out
+    }
+
+    /// The agent: publish this client's records when asked.
+    fn answer(&self) {
+        let me = self.table.client(self.me);
+        // ORDERING: SeqCst with the asker's increment before it rings.
+        let asked = me.query_asked.load(Ordering::SeqCst);
+        if asked == me.query_done.load(Ordering::SeqCst) {
+            return;
+        }
+        let bytes = encode(&self.local_infos(""));
+        let area = self.table.records(self.me);
+        let len = bytes.len().min(area.len() * 8) / 8 * 8;
+        // ORDERING: a seqlock. Odd while writing (Relaxed store, then a Release fence so
+        // the data stores come after it); the Release store of the even value publishes
+        // the data to a reader's Acquire load.
+        let v = me.records_version.load(Ordering::Relaxed);
+        me.records_version.store(v | 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        for (word, chunk) in area.iter().zip(bytes[..len].chunks(8)) {
+            word.store(u64::from_le_bytes(chunk.try_into().unwrap()), Ordering::Relaxed);
+        }
+        me.records_len.store(len as u32, Ordering::Relaxed);
+        me.records_version
+            .store((v | 1).wrapping_add(1), Ordering::Release);
+        me.query_done.store(asked, Ordering::SeqCst);
+        futex_wake(&me.query_done);
+    }
+
+    /// Every hold and waiter of every live client whose name starts with `prefix`.
+    fn collect(&self, prefix: &str) -> Vec<Info> {
+        let mut out = self.local_infos(prefix);
+        let t = &self.table;
+        let mut asked = Vec::new();
+        for c in 0..super::file_table::CLIENTS {
+            if c == self.me || !t.alive(c) {
+                continue;
+            }
+            // ORDERING: SeqCst, read by the agent after its doorbell rings.
+            let a = t.client(c).query_asked.fetch_add(1, Ordering::SeqCst) + 1;
+            t.ring(c);
+            asked.push((c, a));
+        }
+        let until = Instant::now() + ANSWER_WITHIN;
+        for (c, a) in asked {
+            let w = t.client(c);
+            loop {
+                // ORDERING: SeqCst with the agent's store; the records are read under
+                // their seqlock.
+                let done = w.query_done.load(Ordering::SeqCst);
+                if done.wrapping_sub(a) as i32 >= 0 {
+                    if let Some(infos) = self.read_records(c) {
+                        out.extend(infos.into_iter().filter(|i| i.name.starts_with(prefix)));
+                    }
+                    break;
+                }
+                let now = Instant::now();
+                if now >= until || !t.alive(c) {
+                    break;
+                }
+                futex_wait(&w.query_done, done, Some((until - now).min(CRASH_CHECK)));
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name).then(a.since.total_cmp(&b.since)));
+        out
+    }
+
+    /// Client `c`'s published records (a consistent copy, or `None`).
+    fn read_records(&self, c: usize) -> Option<Vec<Info>> {
+        let w = self.table.client(c);
+        let area = self.table.records(c);
+        for _ in 0..100 {
+            // ORDERING: the seqlock's reader side (see `answer`).
+            let v1 = w.records_version.load(Ordering::Acquire);
+            if v1 & 1 == 1 {
+                std::thread::yield_now();
+                continue;
+            }
+            let len = (w.records_len.load(Ordering::Relaxed) as usize).min(area.len() * 8);
+            let bytes: Vec<u8> = area[..len / 8]
+                .iter()
+                .flat_map(|x| x.load(Ordering::Relaxed).to_le_bytes())
+                .collect();
+            fence(Ordering::Acquire);
+            if w.records_version.load(Ordering::Relaxed) == v1 {
+                // ORDERING: the pid was stored when the client joined, before its byte
+                // was taken (which `alive` saw).
+                return Some(decode(&bytes, w.pid.load(Ordering::Relaxed)));
+            }
+        }
+        None
+    }
+
+    /// End this client's part: free every kernel hold and pin, fail its tickets.
+    fn shutdown(&self) {
+        let mut wake = Vec::new();
+        {
+            let mut gates = self.gates();
+            if gates.closed {
+                return;
+            }
+            gates.closed = true;
+            if self.forked() {
+                return;
+            }
+            for mut g in std::mem::take(&mut gates.map) {
+                let Some(s) = g.slot else {
+                    wake.append(&mut g.tickets);
+                    continue;
+                };
+                if g.held.is_some() {
+                    self.free(&mut g, s);
+                }
+                wake.append(&mut g.tickets);
+                self.unmark(&mut g);
+                if let Err(e) = self.table.unpin(s) {
+                    self.fail(e);
+                }
+            }
+            self.table.leave(self.me);
+        }
+        // Woken, they find the manager closed and give up.
+        Self::wake(wake);
+    }
+}
+
+/// The agent thread of one manager: enters gates for tickets, answers queries.
+fn agent(k: Arc<Keeper>) {
+    let bell = &k.table.client(k.me).doorbell;
+    loop {
+        // ORDERING: read before the round, so a ring during it makes the wait return.
+        let seen = bell.load(Ordering::SeqCst);
+        if k.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        k.answer();
+        let wait = k.try_tickets();
+        futex_wait(bell, seen, wait);
+    }
+}
+
+/// Records as bytes: per record, mode, held, name length, task length (one byte and
+/// three u16), since (f64), thread (u64), then the name and the task, padded to 8.
+fn encode(infos: &[Info]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for i in infos {
+        let task = i.who.task.as_deref().unwrap_or("");
+        let task = &task[..task.len().min(256)];
+        out.push(u8::from(i.mode == Mode::Shared));
+        out.push(u8::from(i.held));
+        out.extend((i.name.len() as u16).to_le_bytes());
+        out.extend((task.len() as u16).to_le_bytes());
+        out.extend([u8::from(i.who.task.is_some()), 0]);
+        out.extend(i.since.to_le_bytes());
+        out.extend(i.who.thread.to_le_bytes());
+        out.extend(i.name.as_bytes());
+        out.extend(task.as_bytes());
+        out.resize(out.len().div_ceil(8) * 8, 0);
+    }
+    out
+}
+
+/// The records `encode` wrote; a damaged one ends the list.
+fn decode(bytes: &[u8], pid: u32) -> Vec<Info> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + 24 <= bytes.len() {
+        let b = &bytes[at..];
+        let name_len = u16::from_le_bytes([b[2], b[3]]) as usize;
+        let task_len = u16::from_le_bytes([b[4], b[5]]) as usize;
+        let end = 24 + name_len + task_len;
+        if name_len == 0 || b.len() < end {
+            break;
+        }
+        let (Ok(name), Ok(task)) = (
+            std::str::from_utf8(&b[24..24 + name_len]),
+            std::str::from_utf8(&b[24 + name_len..end]),
+        ) else {
+            break;
+        };
+        out.push(Info {
+            name: Arc::from(name),
+            mode: if b[0] == 1 { Mode::Shared } else { Mode::Exclusive },
+            held: b[1] == 1,
+            who: Who {
+                thread: u64::from_le_bytes(b[16..24].try_into().unwrap()),
+                task: (b[6] == 1).then(|| Arc::from(task)),
+            },
+            pid,
+            since: f64::from_le_bytes(b[8..16].try_into().unwrap()),
+        });
+        at += end.div_ceil(8) * 8;
+    }
+    out
+}
+
+/// A manager of the file scope: one client of the directory's locks.
+pub struct FileClient {
+    local: Arc<MemoryClient>,
+    keeper: Arc<Keeper>,
+    agent: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl FileClient {
+    /// Join the scope of directory `dir` (made if missing).
+    pub fn connect(dir: &std::path::Path) -> Result<Arc<FileClient>, String> {
+        let table = Arc::new(Table::open(dir)?);
+        let me = table.join()?;
+        let fences = table.clone();
+        let local = MemoryClient::new(Arc::new(MemoryScope::with_fences(move || {
+            fences.next_fence()
+        })));
+        let keeper = Arc::new(Keeper {
+            table,
+            me,
+            local: local.clone(),
+            gates: Mutex::new(Gates::default()),
+            stop: AtomicBool::new(false),
+            broken: OnceLock::new(),
+            generation: super::fork::generation(),
+        });
+        let k = keeper.clone();
+        let agent = std::thread::Builder::new()
+            .name("ctxlock-file-agent".to_owned())
+            .spawn(move || agent(k))
+            .map_err(|e| format!("cannot start the lock agent thread: {e}"))?;
+        Ok(Arc::new(FileClient {
+            local,
+            keeper,
+            agent: Mutex::new(Some(agent)),
+        }))
+    }
+
+    /// Stop the agent (and wait for it, unless this is a forked child, where it does
+    /// not exist).
+    fn stop_agent(&self) {
+        let k = &self.keeper;
+        // ORDERING: SeqCst, read by the agent after its doorbell rings.
+        k.stop.store(true, Ordering::SeqCst);
+        let handle = self.agent.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if k.forked() {
+            std::mem::forget(handle);
+            return;
+        }
+        k.table.ring(k.me);
+        if let Some(h) = handle {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+
+    /// A local hold that entered the gate was given back locally: leave the gate.
+    fn left(&self, key: &Key) {
+        self.keeper.leave(key);
+    }
+
+    /// Take up a hold just taken (locally and at the gate): record it, or give it back.
+    fn take_up(&self, key: &Key, mode: Mode, scoped: bool, who: Who) -> Result<u64, Failure> {
+        let r = self.local.record(key, mode, scoped, who);
+        if r.is_err() {
+            // The record gave the local hold back already.
+            self.left(key);
+        }
+        r
+    }
+}
+
+impl Drop for FileClient {
+    fn drop(&mut self) {
+        self.stop_agent();
+    }
+}
+
+/// A queued acquire: first the local scope's, then (as a ticket) the gate's.
+struct FileWaiter {
+    client: Arc<FileClient>,
+    key: Key,
+    mode: Mode,
+    notify: Notify,
+    who: Who,
+    stage: Mutex<Stage>,
+}
+
+enum Stage {
+    /// Waiting in the local scope.
+    Local(Box<dyn RawWaiter>),
+    /// Holding locally, waiting at the gate (no ticket: the manager shut down).
+    Gate(Option<Arc<Ticket>>),
+    /// Holding, gate entered.
+    Held,
+    /// Gave up.
+    Left,
+}
+
+impl FileWaiter {
+    fn stage(&self) -> MutexGuard<'_, Stage> {
+        self.stage.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Holding locally: enter the gate, or leave a ticket.
+    fn at_gate(&self) -> Stage {
+        let k = &self.client.keeper;
+        if k.enter_now(&self.key, self.mode) {
+            return Stage::Held;
+        }
+        Stage::Gate(k.register(
+            &self.key,
+            self.mode,
+            self.notify.clone(),
+            self.who.clone(),
+        ))
+    }
+
+    /// Give back a local hold that never entered the gate.
+    fn give_back(&self) {
+        self.client.local.unlock(&self.key, self.mode);
+        self.client.keeper.settle_key(&self.key);
+    }
+}
+
+impl RawWaiter for FileWaiter {
+    fn status(&self) -> Status {
+        let mut stage = self.stage();
+        match &*stage {
+            Stage::Local(w) => match w.status() {
+                Status::Granted => {
+                    *stage = self.at_gate();
+                    if matches!(*stage, Stage::Held) {
+                        Status::Granted
+                    } else {
+                        Status::Waiting
+                    }
+                }
+                s => s,
+            },
+            Stage::Gate(Some(t)) => {
+                // ORDERING: pairs with the Release store in `grant_all`.
+                if t.granted.load(Ordering::Acquire) {
+                    *stage = Stage::Held;
+                    Status::Granted
+                } else {
+                    Status::Waiting
+                }
+            }
+            Stage::Gate(None) | Stage::Left => Status::Waiting,
+            Stage::Held => Status::Granted,
+        }
+    }
+
+    fn abandon(&self) -> bool {
+        let mut stage = self.stage();
+        match std::mem::replace(&mut *stage, Stage::Left) {
+            Stage::Local(w) => {
+                if !w.abandon() {
+                    // Handed the local hold first: give it back.
+                    self.give_back();
+                }
+                true
+            }
+            Stage::Gate(Some(t)) => {
+                if self.client.keeper.withdraw(&self.key, &t) {
+                    self.give_back();
+                    true
+                } else {
+                    *stage = Stage::Held;
+                    false
+                }
+            }
+            Stage::Gate(None) => {
+                self.give_back();
+                true
+            }
+            Stage::Held => {
+                *stage = Stage::Held;
+                false
+            }
+            Stage::Left => true,
+        }
+    }
+
+    fn compete(&self) -> bool {
+        let mut stage = self.stage();
+        let Stage::Local(w) = &*stage else {
+            return false;
+        };
+        if !w.compete() {
+            return false;
+        }
+        *stage = self.at_gate();
+        matches!(*stage, Stage::Held)
+    }
+}
+
+impl Session for FileClient {
+    fn try_lock(&self, key: &Key, mode: Mode) -> bool {
+        if !self.local.try_lock(key, mode) {
+            return false;
+        }
+        if self.keeper.enter_now(key, mode) {
+            return true;
+        }
+        self.local.unlock(key, mode);
+        self.keeper.settle_key(key);
+        false
+    }
+
+    fn try_lock_recorded(&self, key: &Key, mode: Mode, who: Who) -> Option<Result<u64, Failure>> {
+        if !Session::try_lock(self, key, mode) {
+            return None;
+        }
+        Some(self.take_up(key, mode, false, who))
+    }
+
+    fn unlock(&self, key: &Key, mode: Mode) -> bool {
+        let released = self.local.unlock(key, mode);
+        if released {
+            self.left(key);
+        }
+        released
+    }
+
+    fn enqueue(
+        self: Arc<Self>,
+        key: &Key,
+        mode: Mode,
+        notify: Notify,
+        compete: Compete,
+    ) -> Enqueued<Box<dyn RawWaiter>> {
+        let who = Who::thread();
+        let stage = match self.local.clone().enqueue(key, mode, notify.clone(), compete) {
+            Enqueued::Queued(w) => Stage::Local(w),
+            Enqueued::Acquired => {
+                if self.keeper.enter_now(key, mode) {
+                    return Enqueued::Acquired;
+                }
+                Stage::Gate(
+                    self.keeper
+                        .register(key, mode, notify.clone(), who.clone()),
+                )
+            }
+        };
+        Enqueued::Queued(Box::new(FileWaiter {
+            client: self,
+            key: key.clone(),
+            mode,
+            notify,
+            who,
+            stage: Mutex::new(stage),
+        }))
+    }
+
+    fn record(&self, key: &Key, mode: Mode, scoped: bool, who: Who) -> Result<u64, Failure> {
+        self.take_up(key, mode, scoped, who)
+    }
+
+    fn release(&self, key: &Key, mode: Mode, fence: u64) -> bool {
+        let released = self.local.release(key, mode, fence);
+        if released {
+            self.left(key);
+        }
+        released
+    }
+
+    fn release_scoped(&self, key: &Key, mode: Mode, who: &Who) -> bool {
+        let released = self.local.release_scoped(key, mode, who);
+        if released {
+            self.left(key);
+        }
+        released
+    }
+
+    fn lost(&self, key: &Key, fence: u64) -> Lost {
+        self.local.lost(key, fence)
+    }
+
+    fn statistics(&self, key: &Key, mode: Mode) -> Statistics {
+        let infos = self.keeper.collect(key.name());
+        let mine = infos.iter().filter(|i| *i.name == *key.name());
+        let (mut holders, mut waiting) = (0, 0);
+        for i in mine {
+            if !i.held {
+                waiting += 1;
+            } else if i.mode == mode {
+                holders += 1;
+            }
+        }
+        Statistics {
+            locked: holders > 0,
+            holders,
+            waiting,
+        }
+    }
+
+    fn tag_hold(&self, key: &Key, mode: Mode, tag: u64) {
+        self.local.tag_hold(key, mode, tag)
+    }
+
+    fn untag_hold(&self, key: &Key, mode: Mode, tag: u64) {
+        self.local.untag_hold(key, mode, tag)
+    }
+
+    fn has_tagged_hold(&self, key: &Key, mode: Mode, tag: u64) -> bool {
+        self.local.has_tagged_hold(key, mode, tag)
+    }
+
+    fn query(&self, prefix: &str) -> Vec<Info> {
+        self.keeper.collect(prefix)
+    }
+
+    fn close(&self, reason: Reason) -> usize {
+        // Local holds end first (each released locally, its `lost` cancelled); then the
+        // kernel holds go, and the tickets are woken to find the manager closed.
+        let ended = self.local.close(reason);
+        self.keeper.shutdown();
+        self.stop_agent();
+        ended
+    }
+
+    fn failure(&self) -> Option<Failure> {
+        let k = &self.keeper;
+        if let Some(f) = Session::failure(&*self.local) {
+            return Some(f);
+        }
+        if k.forked() {
+            return Some(Failure(
+                "this LockManager was made before fork() in the parent process; make a new \
+                 LockManager in the child"
+                    .to_owned(),
+            ));
+        }
+        k.broken.get().cloned()
+    }
+}
