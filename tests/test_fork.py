@@ -471,3 +471,25 @@ def test_token_deadline_cancels_without_a_waiter_in_child() -> None:
         assert unlock.released and not lock.locked()
 
     in_child(child)
+
+
+def test_a_forked_child_restores_pickled_locks_from_managers_of_its_own() -> None:
+    """Unpickling in a forked child never uses a manager the parent made (that would make the
+    child the same client as its parent); the parent's are kept, unused, and the lock that
+    guards them is a new one even if a parent thread held it at the fork."""
+    from ctxlock import _restore
+
+    parent = _restore.manager_for("memory:")
+
+    def child() -> None:
+        mine = _restore.manager_for("memory:")
+        assert mine is not parent
+        assert parent in _restore._inherited
+        assert not parent.closed
+        assert _restore.manager_for("memory:") is mine
+        lock = _restore.restore("memory:", "fork-pickle", "exclusive")
+        assert lock.manager is mine
+
+    with _restore._managers_lock:
+        in_child(child)
+    assert _restore.manager_for("memory:") is parent

@@ -50,6 +50,7 @@ from ctxlock import (
     SharableLock,
     Unlock,
     WouldBlock,
+    _restore,
 )
 
 Spawn = Callable[..., Worker]
@@ -1417,6 +1418,208 @@ def test_pickling_names_the_public_class(cls: str, ns: str, managers: Managers) 
             copy.copy(obj)
         with pytest.raises(TypeError, match=message):
             copy.deepcopy(obj)
+
+
+#: Each kind of named object (see ``VIEWS``, plus the ``NamedSharableLock`` itself) and the
+#: ``which`` its pickle names: ``mgr.lock(n)`` and ``mgr.sharable_lock(n).exclusive`` are the
+#: same lock and the same kind of object.
+PICKLED = {
+    "lock": "exclusive",
+    "exclusive": "exclusive",
+    "shared": "shared",
+    "sharable": "sharable",
+}
+
+
+def named(mgr: LockManager, name: str, kind: str) -> NamedLock | NamedSharableLock:
+    return mgr.sharable_lock(name) if kind == "sharable" else view(mgr, name, kind)
+
+
+def modes(obj: NamedLock | NamedSharableLock) -> list[NamedLock]:
+    return [obj.shared, obj.exclusive] if isinstance(obj, NamedSharableLock) else [obj]
+
+
+def assert_same_lock_other_client(
+    original: NamedLock | NamedSharableLock, restored: NamedLock | NamedSharableLock
+) -> None:
+    """``restored`` is the same kind of object for the same lock, from another manager of the
+    same url: a hold of either excludes the other."""
+    assert type(restored) is type(original)
+    assert restored.name == original.name
+    assert [m.mode for m in modes(restored)] == [m.mode for m in modes(original)]
+    assert restored.manager is not original.manager
+    assert restored.manager.url == original.manager.url
+    exclusive = original.manager.lock(original.name)
+    unlock = exclusive.acquire(deadline=PATIENCE)
+    for m in modes(restored):
+        assert m.try_acquire() is None, m
+    unlock()
+    for m in modes(restored):
+        unlock = m.acquire(deadline=PATIENCE)
+        assert_taken(exclusive)
+        unlock()
+    assert_free(original.manager, original.name)
+
+
+@pytest.fixture
+def restore_managers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """``_restore.manager_for`` starts with no managers; the ones this test made are closed."""
+    fresh: dict[str, LockManager] = {}
+    monkeypatch.setattr(_restore, "_managers", fresh)
+    yield
+    for mgr in fresh.values():
+        mgr.close()
+
+
+@pytest.mark.parametrize("kind", sorted(PICKLED))
+def test_a_memory_scope_lock_cannot_be_pickled_and_says_why(
+    kind: str, ns: str, managers: Managers
+) -> None:
+    (mgr,) = managers(1)
+    obj = named(mgr, ns + "a", kind)
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        with pytest.raises(TypeError) as info:
+            pickle.dumps(obj, protocol)
+        message = str(info.value)
+        assert f"cannot pickle 'ctxlock.{type(obj).__name__}' object" in message
+        assert "of the 'memory:' scope" in message
+        assert "a lock of this process only" in message
+        assert "LockManager('file:///dir')" in message
+        assert "LockManager('postgresql://" in message
+
+
+@pytest.mark.parametrize("kind", sorted(PICKLED))
+def test_a_named_lock_pickles_as_its_url_name_and_kind(
+    kind: str, ns: str, managers: Managers, monkeypatch: pytest.MonkeyPatch, restore_managers: None
+) -> None:
+    # The binding hands its facts to ``_restore._reduce``; with the memory scope's rule taken
+    # out, the whole round trip runs in this process (the file scope's test is below).
+    seen: list[tuple[str, str, str]] = []
+
+    def reduce_any_scope(url: str, name: str, which: str) -> tuple[object, tuple[str, ...]]:
+        seen.append((url, name, which))
+        return _restore.restore, (url, name, which)
+
+    monkeypatch.setattr(_restore, "_reduce", reduce_any_scope)
+    (mgr,) = managers(1)
+    obj = named(mgr, ns + "a", kind)
+    restored = pickle.loads(pickle.dumps(obj))
+    assert seen == [("memory:", ns + "a", PICKLED[kind])]
+    assert restored.manager is _restore.manager_for("memory:")
+    assert_same_lock_other_client(obj, restored)
+
+
+@pytest.mark.parametrize(
+    ("which", "cls", "mode"),
+    [
+        ("exclusive", NamedLock, "exclusive"),
+        ("shared", NamedLock, "shared"),
+        ("sharable", NamedSharableLock, None),
+    ],
+)
+def test_restore_returns_the_object_a_pickle_names(
+    which: str, cls: type, mode: str | None, ns: str, restore_managers: None
+) -> None:
+    obj = _restore.restore("memory:", ns + "a", which)
+    assert type(obj) is cls
+    assert obj.name == ns + "a"
+    if isinstance(obj, NamedLock):
+        assert obj.mode == mode
+    assert obj.manager is _restore.manager_for("memory:")
+    assert obj.manager.url == "memory:"
+    assert not obj.manager.closed
+    assert pickle.loads(pickle.dumps(_restore.restore)) is _restore.restore
+
+
+def test_restore_refuses_what_no_pickle_names(ns: str, restore_managers: None) -> None:
+    with pytest.raises(ValueError, match="'lock'"):
+        _restore.restore("memory:", ns + "a", "lock")
+    with pytest.raises(ValueError):
+        _restore.restore("memory:", "", "exclusive")
+    with pytest.raises(ValueError):
+        _restore.restore("ftp://x", ns + "a", "exclusive")
+    with pytest.raises(BackendError):
+        _restore.restore("file:///nonexistent-ctxlock-scope", ns + "a", "exclusive")
+
+
+def test_restore_uses_one_manager_per_url_per_process(restore_managers: None) -> None:
+    got: list[LockManager] = []
+    start = threading.Barrier(8)
+
+    def get() -> None:
+        start.wait(PATIENCE)
+        got.append(_restore.manager_for("memory:"))
+
+    threads = [threading.Thread(target=get) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(PATIENCE)
+    assert len(got) == 8
+    assert all(m is got[0] for m in got)
+    assert _restore.manager_for("memory:") is got[0]
+    # Never closed by the library; one closed by its user is replaced.
+    got[0].close()
+    again = _restore.manager_for("memory:")
+    assert again is not got[0]
+    assert not again.closed
+
+
+@pytest.fixture
+def file_url(tmp_path: Any) -> str:
+    """The url of a fresh file scope; skips the test while this build has none."""
+    url = f"file://{tmp_path}"
+    try:
+        LockManager(url).close()
+    except BackendError as e:
+        pytest.skip(f"the file scope ('file:///dir') is not built yet: {e.reason}")
+    return url
+
+
+@pytest.mark.parametrize("kind", sorted(PICKLED))
+def test_a_file_scope_lock_pickles_as_the_same_lock(
+    kind: str, ns: str, file_url: str, restore_managers: None
+) -> None:
+    with LockManager(file_url) as mgr:
+        obj = named(mgr, ns + "a", kind)
+        for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+            restored = pickle.loads(pickle.dumps(obj, protocol))
+            assert restored.manager is _restore.manager_for(file_url)
+            assert_same_lock_other_client(obj, restored)
+
+
+def test_a_lock_of_a_closed_manager_pickles_as_a_lock_of_an_open_one(
+    ns: str, file_url: str, restore_managers: None
+) -> None:
+    mgr = LockManager(file_url)
+    lock = mgr.lock(ns + "a")
+    mgr.close()
+    restored = pickle.loads(pickle.dumps(lock))
+    assert not restored.manager.closed
+    restored.acquire(deadline=PATIENCE)()
+
+
+def try_in_child(lock: NamedLock) -> bool:
+    """In a ``multiprocessing`` child: whether ``lock`` could be taken there (then let go)."""
+    unlock = lock.try_acquire()
+    if unlock is None:
+        return False
+    unlock()
+    return True
+
+
+def test_a_file_scope_lock_reaches_a_multiprocessing_child(
+    ns: str, file_url: str, restore_managers: None
+) -> None:
+    import multiprocessing
+
+    with LockManager(file_url) as mgr, multiprocessing.get_context("spawn").Pool(1) as pool:
+        lock = mgr.lock(ns + "a")
+        unlock = lock.acquire(deadline=PATIENCE)
+        assert pool.apply(try_in_child, (lock,)) is False
+        unlock()
+        assert pool.apply(try_in_child, (lock,)) is True
+        assert pool.apply(try_in_child, (mgr.sharable_lock(ns + "a").shared,)) is True
 
 
 def test_the_new_names_are_exported() -> None:

@@ -422,6 +422,12 @@ class NamedLock:
     once its manager is closed (or, at the other scopes, when the scope fails). Its
     ``Unlock`` has a ``fence`` and a ``lost`` token. ``locked()`` and ``statistics()``
     count the holds and waiters of every client of the scope.
+
+    Pickling (for ``multiprocessing`` children) gives the same lock at a scope other
+    processes share: it pickles as its manager's url, its name and its mode, and is restored
+    from this process's one ``LockManager`` of that url, another client than the pickled
+    lock's manager. A ``"memory:"`` lock is a lock of this process only: pickling it raises
+    ``TypeError``.
     """
 
     def acquire(
@@ -509,6 +515,8 @@ class NamedLock:
 class NamedSharableLock:
     """The shared/exclusive lock of one name: ``.shared`` and ``.exclusive``, phase-fair as
     ``SharableLock`` across every client of the scope.
+
+    It pickles as ``NamedLock`` does (url and name; ``TypeError`` at the ``"memory:"`` scope).
     """
 
     @property

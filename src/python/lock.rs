@@ -6,9 +6,10 @@ use crate::core::lock::{Lock, LockView};
 
 use super::unlock::PyUnlock;
 
-/// The members `Lock` and `LockView` share, generated for both classes (a `#[pymethods]`
-/// block cannot be inherited, and a Python base class would make the views subclassable),
-/// and their hand-written `acquire` entry point (`vectorcall.rs`).
+/// The members `Lock`, `LockView` and `NamedLock` share, generated for each class (a
+/// `#[pymethods]` block cannot be inherited, and a Python base class would make the views
+/// subclassable), and their hand-written `acquire` entry point (`vectorcall.rs`). Each class
+/// has its own `__reduce__`: a named lock of a shared scope pickles, the others do not.
 macro_rules! lock_methods {
     ($class:ident($kind:ty) { $($extra:tt)* }) => {
         impl $crate::python::vectorcall::FastAcquire for $class {
@@ -142,10 +143,6 @@ macro_rules! lock_methods {
             ) -> PyResult<Bound<'py, PyAny>> {
                 $crate::python::asyncio::exit(py, self.kind())
             }
-
-            fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<()> {
-                Err($crate::python::errors::not_picklable(slf.as_any()))
-            }
         }
     };
 }
@@ -181,6 +178,10 @@ lock_methods!(PyLock(LockView) {
     #[getter]
     fn fair(&self) -> bool {
         self.lock.is_fair()
+    }
+
+    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Err(super::errors::not_picklable(slf.as_any()))
     }
 
     fn __repr__(&self) -> String {

@@ -258,6 +258,12 @@ fn mode_name(mode: Mode) -> &'static str {
 /// once its manager is closed (or, at the other scopes, when the scope fails). Its
 /// ``Unlock`` has a ``fence`` and a ``lost`` token. ``locked()`` and ``statistics()``
 /// count the holds and waiters of every client of the scope.
+///
+/// Pickling (for ``multiprocessing`` children) gives the same lock at a scope other
+/// processes share: it pickles as its manager's url, its name and its mode, and is restored
+/// from this process's one ``LockManager`` of that url, another client than the pickled
+/// lock's manager. A ``"memory:"`` lock is a lock of this process only: pickling it raises
+/// ``TypeError``.
 #[pyclass(name = "NamedLock", module = "ctxlock", frozen, freelist = 64, weakref)]
 pub(crate) struct PyNamedLock {
     /// Borrows its name from `name` (dropped after it: fields drop in order).
@@ -314,6 +320,10 @@ lock_methods!(PyNamedLock(NamedView) {
         self.manager.clone_ref(py)
     }
 
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        reduce(py, self, mode_name(self.view.mode()))
+    }
+
     fn __repr__(&self) -> String {
         let s = self.view.statistics();
         let state = if s.locked { "locked" } else { "unlocked" };
@@ -328,6 +338,8 @@ lock_methods!(PyNamedLock(NamedView) {
 
 /// The shared/exclusive lock of one name: ``.shared`` and ``.exclusive``, phase-fair as
 /// ``SharableLock`` across every client of the scope.
+///
+/// It pickles as ``NamedLock`` does (url and name; ``TypeError`` at the ``"memory:"`` scope).
 #[pyclass(name = "NamedSharableLock", module = "ctxlock", frozen, weakref)]
 pub(crate) struct PyNamedSharableLock {
     shared: Py<PyNamedLock>,
@@ -371,8 +383,8 @@ impl PyNamedSharableLock {
         self.exclusive.clone_ref(py)
     }
 
-    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<()> {
-        Err(super::errors::not_picklable(slf.as_any()))
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        reduce(py, self.exclusive.get(), "sharable")
     }
 
     fn __repr__(&self) -> String {
@@ -392,6 +404,17 @@ impl PyNamedSharableLock {
             exclusive.waiting
         )
     }
+}
+
+/// `__reduce__` of a named lock: what `ctxlock._restore._reduce` makes of its manager's url,
+/// its name and `which` object it is (`"exclusive"`, `"shared"` or `"sharable"`): the
+/// restore function and its arguments, or a `TypeError` for a scope of this process only.
+/// The rules are there. Looked up at each call (pickling is rare), so a test can replace it.
+fn reduce<'py>(py: Python<'py>, lock: &PyNamedLock, which: &str) -> PyResult<Bound<'py, PyAny>> {
+    let url = lock.manager.get().url.as_str();
+    py.import("ctxlock._restore")?
+        .getattr("_reduce")?
+        .call1((url, lock.name.bind(py), which))
 }
 
 /// A named lock as the binding uses every kind: the core's `NamedView`.

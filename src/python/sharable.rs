@@ -102,6 +102,10 @@ lock_methods!(PyLockView(LockView) {
         self.view.mode() == Mode::Shared
     }
 
+    fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<()> {
+        Err(super::errors::not_picklable(slf.as_any()))
+    }
+
     fn __repr__(&self) -> String {
         let mode = if self.view.mode() == Mode::Shared { "shared" } else { "exclusive" };
         let state = if self.view.is_locked() { "locked" } else { "unlocked" };
