@@ -17,6 +17,7 @@ list read ``KINDS``; the model-based and stress tests (``test_state_machine.py``
 from __future__ import annotations
 
 import itertools
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -127,6 +128,18 @@ def fresh_name() -> str:
     return next(_names)
 
 
+_file_managers: list[LockManager] = []
+
+
+def _file_manager() -> LockManager:
+    """The manager of the file scope the registry's locks come from: one per test process,
+    on a directory of its own (a manager is a client of the directory, with its own agent
+    thread; the cross-process tests make the others)."""
+    if not _file_managers:
+        _file_managers.append(LockManager(f"file://{tempfile.mkdtemp(prefix='ctxlock-kinds-')}"))
+    return _file_managers[0]
+
+
 #: Every implementation of the lock API; one line each.
 FAMILIES: list[Family] = [
     Family("Lock", lock=Lock, fifo=False),
@@ -136,6 +149,11 @@ FAMILIES: list[Family] = [
         "named",
         lock=lambda: LockManager().lock(fresh_name()),
         sharable=lambda: LockManager().sharable_lock(fresh_name()),
+    ),
+    Family(
+        "file",
+        lock=lambda: _file_manager().lock(fresh_name()),
+        sharable=lambda: _file_manager().sharable_lock(fresh_name()),
     ),
 ]
 LOCK_FAMILIES = [f for f in FAMILIES if f.lock is not None]

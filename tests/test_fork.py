@@ -32,11 +32,14 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from ctxlock import (
+    BackendError,
     CancelToken,
     Lock,
+    LockManager,
     LockTimeout,
     SharableLock,
     Unlock,
@@ -340,7 +343,36 @@ def test_lock_free_at_fork_is_usable_in_child() -> None:
 # --- a lock held by the forking thread --------------------------------------------------------
 
 
-@over(KINDS)
+#: The kinds that are locks of this process: a file-scope lock is shared by processes, so a
+#: forked child is another client of it, not a copy of its holder (see the test below).
+PROCESS_KINDS = [k for k in KINDS if k.family.name != "file"]
+
+
+def test_a_file_scope_manager_made_before_fork_fails_in_the_child(tmp_path: Path) -> None:
+    # The child shares the parent's open file description, whose kernel locks are the
+    # parent's holds: using the manager there would release or take them for the parent.
+    mgr = LockManager(f"file://{tmp_path}")
+    unlock = mgr.lock("held").acquire()
+
+    def child() -> None:
+        with pytest.raises(BackendError, match="fork"):
+            mgr.lock("other").acquire(deadline=1)
+        unlock()  # does not touch the parent's hold
+        fresh = LockManager(f"file://{tmp_path}")
+        assert fresh.lock("held").try_acquire() is None  # the parent still holds it
+        fresh.lock("other").acquire(deadline=1)()
+        fresh.close()
+
+    try:
+        in_child(child)
+        assert mgr.lock("held").locked()
+        assert not unlock.released
+    finally:
+        unlock()
+        mgr.close()
+
+
+@over(PROCESS_KINDS)
 def test_lock_held_by_forking_thread_is_released_in_child(kind: Kind) -> None:
     view = kind.new().view
     unlock = view.acquire()

@@ -258,6 +258,11 @@ impl Keeper {
 
     /// After a local hold ended (and left the gate, if it had entered): pass the kernel
     /// hold to tickets or to a local holder about to enter, or give it back.
+    ///
+    /// The cohort rule: the hold is passed on locally only while no other client waits
+    /// for the name, at most `MAX_HANDOFFS` times and for `MAX_KEEP`; past those it goes
+    /// back to the kernel, and tickets take it again at once (nobody else wants it) or
+    /// wait for their turn.
     fn settle(&self, g: &mut Gate, wake: &mut Vec<Arc<Ticket>>) {
         if g.users > 0 {
             return;
@@ -280,7 +285,14 @@ impl Keeper {
             self.free(g, s);
         }
         if !g.tickets.is_empty() {
-            self.table.ring(self.me);
+            // In this thread, so that whatever the grant does (a task whose loop is gone
+            // gives it back) is done when the release returns; else the agent's turn.
+            let mode = g.tickets[0].mode;
+            if self.enter(g, mode, g.tickets.len() as u32) {
+                self.grant_all(g, wake);
+            } else {
+                self.table.ring(self.me);
+            }
         }
     }
 
@@ -720,16 +732,22 @@ impl Drop for FileClient {
 }
 
 /// A queued acquire: first the local scope's, then (as a ticket) the gate's.
-struct FileWaiter {
+struct FileWaiter(Arc<Waiting>);
+
+struct Waiting {
     client: Arc<FileClient>,
     key: Key,
     mode: Mode,
+    /// How the acquire is woken.
     notify: Notify,
     who: Who,
     stage: Mutex<Stage>,
 }
 
 enum Stage {
+    /// Queued in the local scope, not yet known to the waiter (`woken`: the local scope
+    /// woke it meanwhile).
+    Starting { woken: bool },
     /// Waiting in the local scope.
     Local(Box<dyn RawWaiter>),
     /// Holding locally, waiting at the gate (no ticket: the manager shut down).
@@ -740,7 +758,26 @@ enum Stage {
     Left,
 }
 
-impl FileWaiter {
+/// How the local scope wakes a task's acquire: a task is woken once, when its wait ends
+/// (the binding completes a future), so a local grant must not wake it while it still
+/// waits at the gate. This waker takes the acquire to the gate in the waking thread and
+/// wakes the task only once it entered (or the manager failed); a thread needs no such
+/// care, as it looks at its status each time it wakes.
+struct LocalBell(std::sync::Weak<Waiting>);
+
+impl std::task::Wake for LocalBell {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Some(w) = self.0.upgrade() {
+            w.advance();
+        }
+    }
+}
+
+impl Waiting {
     fn stage(&self) -> MutexGuard<'_, Stage> {
         self.stage.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -764,15 +801,41 @@ impl FileWaiter {
         self.client.local.unlock(&self.key, self.mode);
         self.client.keeper.settle_key(&self.key);
     }
+
+    /// The local scope woke a task's acquire (see `LocalBell`).
+    fn advance(&self) {
+        let mut stage = self.stage();
+        let wake = match &mut *stage {
+            Stage::Starting { woken } => {
+                *woken = true;
+                false
+            }
+            Stage::Local(w) => match w.status() {
+                Status::Granted => {
+                    *stage = self.at_gate();
+                    matches!(*stage, Stage::Held)
+                }
+                Status::Retry => true,
+                // Woken while waiting: its manager closed (or failed).
+                Status::Waiting => self.client.failure().is_some(),
+            },
+            _ => false,
+        };
+        drop(stage);
+        if wake {
+            self.notify.wake();
+        }
+    }
 }
 
 impl RawWaiter for FileWaiter {
     fn status(&self) -> Status {
-        let mut stage = self.stage();
+        let w = &self.0;
+        let mut stage = w.stage();
         match &*stage {
-            Stage::Local(w) => match w.status() {
+            Stage::Local(local) => match local.status() {
                 Status::Granted => {
-                    *stage = self.at_gate();
+                    *stage = w.at_gate();
                     if matches!(*stage, Stage::Held) {
                         Status::Granted
                     } else {
@@ -790,24 +853,25 @@ impl RawWaiter for FileWaiter {
                     Status::Waiting
                 }
             }
-            Stage::Gate(None) | Stage::Left => Status::Waiting,
+            Stage::Starting { .. } | Stage::Gate(None) | Stage::Left => Status::Waiting,
             Stage::Held => Status::Granted,
         }
     }
 
     fn abandon(&self) -> bool {
-        let mut stage = self.stage();
+        let w = &self.0;
+        let mut stage = w.stage();
         match std::mem::replace(&mut *stage, Stage::Left) {
-            Stage::Local(w) => {
-                if !w.abandon() {
+            Stage::Local(local) => {
+                if !local.abandon() {
                     // Handed the local hold first: give it back.
-                    self.give_back();
+                    w.give_back();
                 }
                 true
             }
             Stage::Gate(Some(t)) => {
-                if self.client.keeper.withdraw(&self.key, &t) {
-                    self.give_back();
+                if w.client.keeper.withdraw(&w.key, &t) {
+                    w.give_back();
                     true
                 } else {
                     *stage = Stage::Held;
@@ -815,26 +879,27 @@ impl RawWaiter for FileWaiter {
                 }
             }
             Stage::Gate(None) => {
-                self.give_back();
+                w.give_back();
                 true
             }
             Stage::Held => {
                 *stage = Stage::Held;
                 false
             }
-            Stage::Left => true,
+            Stage::Starting { .. } | Stage::Left => true,
         }
     }
 
     fn compete(&self) -> bool {
-        let mut stage = self.stage();
-        let Stage::Local(w) = &*stage else {
+        let w = &self.0;
+        let mut stage = w.stage();
+        let Stage::Local(local) = &*stage else {
             return false;
         };
-        if !w.compete() {
+        if !local.compete() {
             return false;
         }
-        *stage = self.at_gate();
+        *stage = w.at_gate();
         matches!(*stage, Stage::Held)
     }
 }
@@ -875,26 +940,41 @@ impl Session for FileClient {
         compete: Compete,
     ) -> Enqueued<Box<dyn RawWaiter>> {
         let who = Who::thread();
-        let stage = match self.local.clone().enqueue(key, mode, notify.clone(), compete) {
-            Enqueued::Queued(w) => Stage::Local(w),
+        let waiting = Arc::new(Waiting {
+            client: self.clone(),
+            key: key.clone(),
+            mode,
+            notify: notify.clone(),
+            who: who.clone(),
+            stage: Mutex::new(Stage::Starting { woken: false }),
+        });
+        let local_notify = match notify {
+            Notify::Thread(_) => notify,
+            Notify::Task(_) => Notify::Task(std::task::Waker::from(Arc::new(LocalBell(
+                Arc::downgrade(&waiting),
+            )))),
+        };
+        match self.local.clone().enqueue(key, mode, local_notify, compete) {
+            Enqueued::Queued(local) => {
+                let woken = {
+                    let mut stage = waiting.stage();
+                    let woken = matches!(*stage, Stage::Starting { woken: true });
+                    *stage = Stage::Local(local);
+                    woken
+                };
+                if woken {
+                    waiting.advance();
+                }
+            }
             Enqueued::Acquired => {
                 if self.keeper.enter_now(key, mode) {
                     return Enqueued::Acquired;
                 }
-                Stage::Gate(
-                    self.keeper
-                        .register(key, mode, notify.clone(), who.clone()),
-                )
+                let ticket = self.keeper.register(key, mode, waiting.notify.clone(), who);
+                *waiting.stage() = Stage::Gate(ticket);
             }
-        };
-        Enqueued::Queued(Box::new(FileWaiter {
-            client: self,
-            key: key.clone(),
-            mode,
-            notify,
-            who,
-            stage: Mutex::new(stage),
-        }))
+        }
+        Enqueued::Queued(Box::new(FileWaiter(waiting)))
     }
 
     fn record(&self, key: &Key, mode: Mode, scoped: bool, who: Who) -> Result<u64, Failure> {
