@@ -31,6 +31,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import ctxlock
@@ -1531,15 +1532,18 @@ def test_restore_returns_the_object_a_pickle_names(
     assert pickle.loads(pickle.dumps(_restore.restore)) is _restore.restore
 
 
-def test_restore_refuses_what_no_pickle_names(ns: str, restore_managers: None) -> None:
+def test_restore_refuses_what_no_pickle_names(
+    ns: str, restore_managers: None, tmp_path: Path
+) -> None:
     with pytest.raises(ValueError, match="'lock'"):
         _restore.restore("memory:", ns + "a", "lock")
     with pytest.raises(ValueError):
         _restore.restore("memory:", "", "exclusive")
     with pytest.raises(ValueError):
         _restore.restore("ftp://x", ns + "a", "exclusive")
-    with pytest.raises(BackendError):
-        _restore.restore("file:///nonexistent-ctxlock-scope", ns + "a", "exclusive")
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(BackendError):  # a scope that cannot be reached: a dir under a file
+        _restore.restore(f"file://{tmp_path}/a-file/locks", ns + "a", "exclusive")
 
 
 def test_restore_uses_one_manager_per_url_per_process(restore_managers: None) -> None:

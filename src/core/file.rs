@@ -82,13 +82,20 @@ struct Gate {
     held: Option<Mode>,
     users: u32,
     handoffs: u32,
-    since: Instant,
+    /// When the hold was first passed on locally (the start of `MAX_KEEP`).
+    first_handoff: Option<Instant>,
     tickets: Vec<Arc<Ticket>>,
     marked: bool,
     writer: bool,
 }
 
 impl Gate {
+    /// The kernel hold went to another local holder without a system call.
+    fn handed_on(&mut self) {
+        self.handoffs += 1;
+        self.first_handoff.get_or_insert_with(Instant::now);
+    }
+
     fn idle(&self) -> bool {
         self.users == 0 && self.held.is_none() && self.tickets.is_empty()
     }
@@ -154,7 +161,7 @@ impl Keeper {
                 held: None,
                 users: 0,
                 handoffs: 0,
-                since: Instant::now(),
+                first_handoff: None,
                 tickets: Vec::new(),
                 marked: false,
                 writer: false,
@@ -205,16 +212,14 @@ impl Keeper {
                 // Kept for a local holder: its turn.
                 if m == mode && !(mode == Mode::Shared && t.writer_waits(s)) {
                     g.users = n;
-                    g.handoffs += 1;
+                    g.handed_on();
                     return true;
                 }
                 self.free(g, s);
             }
             None => {}
         }
-        if t.not_my_turn(s, self.me).is_some()
-            || (mode == Mode::Shared && t.writer_waits(s))
-        {
+        if t.not_my_turn(s, self.me).is_some() || (mode == Mode::Shared && t.writer_waits(s)) {
             return false;
         }
         match t.take(s, range(mode)) {
@@ -222,7 +227,7 @@ impl Keeper {
                 g.held = Some(mode);
                 g.users = n;
                 g.handoffs = 0;
-                g.since = Instant::now();
+                g.first_handoff = None;
                 t.end_turn(s, self.me);
                 true
             }
@@ -269,17 +274,20 @@ impl Keeper {
         }
         if let (Some(m), Some(s)) = (g.held, g.slot) {
             let t = &self.table;
-            let keep = g.handoffs < MAX_HANDOFFS
-                && g.since.elapsed() < MAX_KEEP
-                && t.waiting(s, self.me).is_empty();
-            if keep && !g.tickets.is_empty() {
-                if g.tickets[0].mode == m && !(m == Mode::Shared && t.writer_waits(s)) {
+            // Checked in the order of their cost: most releases have nobody to pass to.
+            let keep = |g: &Gate| {
+                g.handoffs < MAX_HANDOFFS
+                    && g.first_handoff.is_none_or(|at| at.elapsed() < MAX_KEEP)
+                    && t.waiting(s, self.me).is_empty()
+            };
+            if !g.tickets.is_empty() {
+                if keep(g) && g.tickets[0].mode == m && !(m == Mode::Shared && t.writer_waits(s)) {
                     g.users = g.tickets.len() as u32;
-                    g.handoffs += 1;
+                    g.handed_on();
                     self.grant_all(g, wake);
                     return;
                 }
-            } else if keep && self.local_held(g) {
+            } else if self.local_held(g) && keep(g) {
                 return;
             }
             self.free(g, s);
@@ -477,7 +485,10 @@ impl Keeper {
         me.records_version.store(v | 1, Ordering::Relaxed);
         fence(Ordering::Release);
         for (word, chunk) in area.iter().zip(bytes[..len].chunks(8)) {
-            word.store(u64::from_le_bytes(chunk.try_into().unwrap()), Ordering::Relaxed);
+            word.store(
+                u64::from_le_bytes(chunk.try_into().unwrap()),
+                Ordering::Relaxed,
+            );
         }
         me.records_len.store(len as u32, Ordering::Relaxed);
         me.records_version
@@ -639,7 +650,11 @@ fn decode(bytes: &[u8], pid: u32) -> Vec<Info> {
         };
         out.push(Info {
             name: Arc::from(name),
-            mode: if b[0] == 1 { Mode::Shared } else { Mode::Exclusive },
+            mode: if b[0] == 1 {
+                Mode::Shared
+            } else {
+                Mode::Exclusive
+            },
             held: b[1] == 1,
             who: Who {
                 thread: u64::from_le_bytes(b[16..24].try_into().unwrap()),
@@ -788,12 +803,7 @@ impl Waiting {
         if k.enter_now(&self.key, self.mode) {
             return Stage::Held;
         }
-        Stage::Gate(k.register(
-            &self.key,
-            self.mode,
-            self.notify.clone(),
-            self.who.clone(),
-        ))
+        Stage::Gate(k.register(&self.key, self.mode, self.notify.clone(), self.who.clone()))
     }
 
     /// Give back a local hold that never entered the gate.
@@ -1057,5 +1067,55 @@ impl Session for FileClient {
             ));
         }
         k.broken.get().cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn published_records_read_back_and_damaged_ones_end_the_list() {
+        let infos = vec![
+            Info {
+                name: Arc::from("invoice:42"),
+                mode: Mode::Exclusive,
+                held: true,
+                who: Who {
+                    thread: 7,
+                    task: Some(Arc::from("Task-1")),
+                },
+                pid: 1,
+                since: 12.5,
+            },
+            Info {
+                name: Arc::from("é"),
+                mode: Mode::Shared,
+                held: false,
+                who: Who {
+                    thread: 9,
+                    task: None,
+                },
+                pid: 1,
+                since: 13.0,
+            },
+        ];
+        let bytes = encode(&infos);
+        assert_eq!(bytes.len() % 8, 0);
+        let back = decode(&bytes, 42);
+        assert_eq!(back.len(), 2);
+        assert_eq!(&*back[0].name, "invoice:42");
+        assert_eq!(back[0].who.task.as_deref(), Some("Task-1"));
+        assert!(back[0].held && back[0].mode == Mode::Exclusive && back[0].since == 12.5);
+        assert_eq!(
+            (&*back[1].name, back[1].who.thread, back[1].pid),
+            ("é", 9, 42)
+        );
+        assert!(back[1].who.task.is_none() && !back[1].held && back[1].mode == Mode::Shared);
+        // A length running past the end: the list ends there, nothing is made up.
+        let mut cut = bytes.clone();
+        cut.truncate(30);
+        assert!(decode(&cut, 1).is_empty());
+        assert!(decode(&[0xff; 64], 1).len() <= 1);
     }
 }

@@ -172,7 +172,11 @@ impl Table {
     pub fn open(dir: &Path) -> Result<Table, String> {
         std::fs::create_dir_all(dir).map_err(|e| os_err("create the lock directory", dir, e))?;
         let path = dir.join(FILE_NAME);
-        let file = match std::fs::OpenOptions::new().read(true).write(true).open(&path) {
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+        {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => Self::create(dir, &path)?,
             Err(e) => return Err(os_err("open the lock table", &path, e)),
@@ -291,7 +295,12 @@ impl Table {
     pub fn client(&self, c: usize) -> &ClientWords {
         assert!(c < CLIENTS);
         // SAFETY: client entry c lies inside the mapping, 64-aligned; all atomics.
-        unsafe { &*self.map.add(CLIENTS_AT + c * CLIENT_SIZE).cast::<ClientWords>() }
+        unsafe {
+            &*self
+                .map
+                .add(CLIENTS_AT + c * CLIENT_SIZE)
+                .cast::<ClientWords>()
+        }
     }
 
     fn slot(&self, s: usize) -> &SlotWords {
@@ -313,7 +322,10 @@ impl Table {
 
     /// The records area of client `c`.
     pub fn records(&self, c: usize) -> &[AtomicU64] {
-        self.words(CLIENTS_AT + c * CLIENT_SIZE + RECORDS_AT, CLIENT_SIZE - RECORDS_AT)
+        self.words(
+            CLIENTS_AT + c * CLIENT_SIZE + RECORDS_AT,
+            CLIENT_SIZE - RECORDS_AT,
+        )
     }
 
     // ---- byte-range locks ------------------------------------------------------
@@ -367,7 +379,10 @@ impl Table {
     /// Take a free client entry for this manager for its life.
     pub fn join(&self) -> Result<usize, String> {
         for c in 0..CLIENTS {
-            if self.set(client_byte(c), Range::Write).map_err(|e| self.err(e))? {
+            if self
+                .set(client_byte(c), Range::Write)
+                .map_err(|e| self.err(e))?
+            {
                 let w = self.client(c);
                 // ORDERING: published to askers by the kernel's lock on the client byte
                 // (they read it after seeing the byte taken); Relaxed suffices.
@@ -586,13 +601,13 @@ impl Table {
 
     /// The heir took the lock (or gave up its wait): the turn is nobody's.
     pub fn end_turn(&self, s: usize, me: usize) {
-        // ORDERING: only the heir clears its own turn.
-        let _ = self.slot(s).turn.compare_exchange(
-            me as u32 + 1,
-            0,
-            Ordering::AcqRel,
-            Ordering::Relaxed,
-        );
+        let turn = &self.slot(s).turn;
+        // ORDERING: only the heir clears its own turn; the load saves the write of a
+        // shared line when the turn is nobody's (most takes).
+        if turn.load(Ordering::Relaxed) != me as u32 + 1 {
+            return;
+        }
+        let _ = turn.compare_exchange(me as u32 + 1, 0, Ordering::AcqRel, Ordering::Relaxed);
     }
 
     // ---- doorbells ----------------------------------------------------------------
@@ -681,4 +696,88 @@ pub fn futex_wake(word: &AtomicU32) {
 pub fn dir_path(path: &str) -> Result<PathBuf, String> {
     CString::new(path).map_err(|_| "a file:// url cannot contain a NUL byte".to_owned())?;
     Ok(PathBuf::from(std::ffi::OsStr::from_bytes(path.as_bytes())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "ctxlock-table-test-{}-{:x}",
+            std::process::id(),
+            super::super::named::now().to_bits()
+        ));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn the_hash_is_stable_and_odd() {
+        // Every process and every build must agree on where a name goes.
+        assert_eq!(stable_hash(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(stable_hash("a"), 0xaf63_dc4c_8601_ec8d);
+        assert_eq!(stable_hash("invoice:42") & 1, 1);
+    }
+
+    #[test]
+    fn a_damaged_or_foreign_table_is_refused_with_its_path() {
+        let d = dir();
+        drop(Table::open(&d).unwrap());
+        let path = d.join(FILE_NAME);
+        let whole = std::fs::read(&path).unwrap();
+        for (what, bytes) in [
+            ("truncated", whole[..10].to_vec()),
+            ("half", whole[..whole.len() / 2].to_vec()),
+            ("another version", {
+                let mut b = whole.clone();
+                b[8] = 2;
+                b
+            }),
+            ("garbage", vec![0x5a; whole.len()]),
+        ] {
+            std::fs::write(&path, &bytes).unwrap();
+            let err = Table::open(&d)
+                .err()
+                .unwrap_or_else(|| panic!("{what}: opened"));
+            assert!(err.contains(FILE_NAME), "{what}: {err}");
+        }
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_name_keeps_its_slot_while_pinned_and_a_free_slot_is_reused() {
+        let d = dir();
+        let (a, b) = (Table::open(&d).unwrap(), Table::open(&d).unwrap());
+        let h = |n: &str| stable_hash(n);
+        let s = a.pin("x", h("x")).unwrap().unwrap();
+        assert_eq!(b.pin("x", h("x")).unwrap(), Some(s), "one name, one slot");
+        // Another name with the same probe start goes elsewhere while "x" is pinned.
+        let other = b.pin("y", h("x")).unwrap().unwrap();
+        assert_ne!(other, s);
+        // Both modes of kernel lock exclude as they should, between descriptions.
+        assert!(a.take(s, Range::Write).unwrap());
+        assert!(!b.take(s, Range::Read).unwrap());
+        a.free(s).unwrap();
+        assert!(b.take(s, Range::Read).unwrap());
+        assert!(a.take(s, Range::Read).unwrap());
+        assert!(!a.take(s, Range::Write).unwrap() || !b.take(s, Range::Write).unwrap());
+        a.free(s).unwrap();
+        b.free(s).unwrap();
+        // Nobody uses "x" any more: its slot may go to a new name.
+        a.unpin(s).unwrap();
+        b.unpin(s).unwrap();
+        assert_eq!(a.pin("z", h("x")).unwrap(), Some(s));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn fences_increase_across_managers() {
+        let d = dir();
+        let (a, b) = (Table::open(&d).unwrap(), Table::open(&d).unwrap());
+        let f1 = a.next_fence();
+        let f2 = b.next_fence();
+        assert!(f2 > f1 && a.next_fence() > f2);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 }

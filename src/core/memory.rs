@@ -881,7 +881,7 @@ mod tests {
     #[test]
     fn a_name_nobody_holds_has_no_entry() {
         let scope = scope();
-        let client = MemoryClient::new(scope);
+        let client = MemoryClient::new(scope.clone());
         for i in 0..1000 {
             let v = view(&client, &format!("n{i}"), Mode::Exclusive);
             crate::core::acquire::lock(&v, forever()).unwrap();
@@ -896,7 +896,10 @@ mod tests {
     #[test]
     fn fences_increase_across_clients_and_entries() {
         let scope = scope();
-        let (a, b) = (MemoryClient::new(scope.clone()), MemoryClient::new(scope));
+        let (a, b) = (
+            MemoryClient::new(scope.clone()),
+            MemoryClient::new(scope.clone()),
+        );
         let mut last = 0;
         for i in 0..100 {
             let c = if i % 2 == 0 { &a } else { &b };
@@ -913,7 +916,10 @@ mod tests {
     #[test]
     fn a_scoped_release_takes_only_a_hold_of_its_own_client() {
         let scope = scope();
-        let (a, b) = (MemoryClient::new(scope.clone()), MemoryClient::new(scope));
+        let (a, b) = (
+            MemoryClient::new(scope.clone()),
+            MemoryClient::new(scope.clone()),
+        );
         let (va, vb) = (view(&a, "x", Mode::Shared), view(&b, "x", Mode::Shared));
         let me = Who::thread();
         for v in [&va, &vb] {
@@ -931,7 +937,10 @@ mod tests {
     #[test]
     fn a_reused_entry_keeps_no_tag_of_the_name_it_had() {
         let scope = scope();
-        let (a, b) = (MemoryClient::new(scope.clone()), MemoryClient::new(scope));
+        let (a, b) = (
+            MemoryClient::new(scope.clone()),
+            MemoryClient::new(scope.clone()),
+        );
         let key = key_in_shard_0;
         fill_idle(&a);
         // An `async with` hold of "x", tagged, ended by close before its exit untags it.
@@ -950,7 +959,7 @@ mod tests {
     #[test]
     fn an_async_with_exit_leaves_no_tag_on_a_spare_entry() {
         let scope = scope();
-        let client = MemoryClient::new(scope);
+        let client = MemoryClient::new(scope.clone());
         let key = key_in_shard_0;
         fill_idle(&client);
         // `async with` on "x" and its `__aexit__`: release, then untag (the entry has
@@ -979,7 +988,7 @@ mod tests {
     #[test]
     fn an_unlock_called_after_its_manager_closed_does_nothing() {
         let scope = scope();
-        let client = MemoryClient::new(scope);
+        let client = MemoryClient::new(scope.clone());
         let v = view(&client, "x", Mode::Exclusive);
         let fence = v.try_lock_recorded(Who::thread()).unwrap().unwrap();
         let unlock = crate::core::unlock::Unlock::new(NamedHold(v.clone(), fence));
@@ -993,7 +1002,10 @@ mod tests {
     #[test]
     fn two_clients_exclude_each_other_and_close_ends_holds() {
         let scope = scope();
-        let (a, b) = (MemoryClient::new(scope.clone()), MemoryClient::new(scope));
+        let (a, b) = (
+            MemoryClient::new(scope.clone()),
+            MemoryClient::new(scope.clone()),
+        );
         let va = view(&a, "x", Mode::Exclusive);
         let vb = view(&b, "x", Mode::Shared);
         assert!(va.try_lock());

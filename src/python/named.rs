@@ -129,7 +129,7 @@ impl PyLockManager {
         let host = host_name(py)?;
         Ok(infos
             .into_iter()
-            .map(|i| PyLockInfo::new(i, &host, &names))
+            .map(|i| PyLockInfo::new(i, host, &names))
             .collect())
     }
 
