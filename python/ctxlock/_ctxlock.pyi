@@ -346,11 +346,15 @@ class LockManager:
     or waits for it. ``close()`` (or leaving ``with LockManager(...)``) ends this manager's
     holds, cancelling their ``Unlock.lost`` tokens, and fails its waiters and later acquires
     with ``BackendError``.
+    At ``"file:///dir"`` (Linux) the directory is made if missing and holds one
+    file, ``ctxlock.table``; a process's holds there are kernel locks, freed when it dies.
+    A manager made before ``fork()`` raises ``BackendError`` in the child.
 
     Raises:
         TypeError: ``url`` is not a str.
         ValueError: ``url`` has another scheme, or a ``file:`` url has no absolute path.
-        BackendError: the scope cannot be reached (or is not available in this build).
+        BackendError: the scope cannot be reached (or is not available in this build): a
+            directory that cannot be made or used, a damaged ``ctxlock.table``, ...
     """
 
     def __new__(cls, url: str | None = None) -> LockManager: ...
