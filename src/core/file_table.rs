@@ -139,6 +139,11 @@ pub struct Table {
     fd: OwnedFd,
     map: *mut u8,
     path: PathBuf,
+    /// The slots this manager has pinned, one bit each. A byte-range lock never conflicts
+    /// with one of its own description, so the kernel cannot say that a slot is ours:
+    /// giving a name a slot skips these. The mutex also keeps two threads of one manager
+    /// from claiming at once (the claim byte would not keep them apart either).
+    pinned: std::sync::Mutex<Vec<u64>>,
 }
 
 // SAFETY: the mapping is shared memory read and written only through atomics; the
@@ -212,6 +217,7 @@ impl Table {
             fd: file.into(),
             map: map.cast(),
             path,
+            pinned: std::sync::Mutex::new(vec![0; SLOTS / 64]),
         };
         table.check()?;
         Ok(table)
@@ -419,25 +425,34 @@ impl Table {
     /// The slot of `name` (hash `hash`, from [`stable_hash`]), pinned by this manager:
     /// found, or given to it. `None`: every slot is in use.
     pub fn pin(&self, name: &str, hash: u64) -> io::Result<Option<usize>> {
-        if let Some(s) = self.find(name, hash)? {
-            return Ok(Some(s));
+        let mut pinned = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
+        let found = match self.find(name, hash, &pinned)? {
+            Some(s) => Some(s),
+            None => {
+                self.claim()?;
+                let found = self.find(name, hash, &pinned).and_then(|s| match s {
+                    Some(s) => Ok(Some(s)),
+                    None => self.give(name, hash, &pinned),
+                });
+                self.set(CLAIM_BYTE, Range::Free)?;
+                found?
+            }
+        };
+        if let Some(s) = found {
+            pinned[s / 64] |= 1 << (s % 64);
         }
-        self.claim()?;
-        let found = self.find(name, hash).and_then(|s| match s {
-            Some(s) => Ok(Some(s)),
-            None => self.give(name, hash),
-        });
-        self.set(CLAIM_BYTE, Range::Free)?;
-        found
+        Ok(found)
     }
 
     /// Unpin a slot this manager pinned.
     pub fn unpin(&self, s: usize) -> io::Result<()> {
+        let mut pinned = self.pinned.lock().unwrap_or_else(|e| e.into_inner());
+        pinned[s / 64] &= !(1 << (s % 64));
         self.set(slot_byte(s, PIN), Range::Free).map(drop)
     }
 
     /// Look for `name` along its probe sequence, up to a never-used slot; pin it.
-    fn find(&self, name: &str, hash: u64) -> io::Result<Option<usize>> {
+    fn find(&self, name: &str, hash: u64, pinned: &[u64]) -> io::Result<Option<usize>> {
         for i in 0..SLOTS {
             let s = (hash as usize).wrapping_add(i) % SLOTS;
             // ORDERING: Acquire pairs with the Release store in `give`, so the name's
@@ -446,7 +461,8 @@ impl Table {
             if h == 0 {
                 return Ok(None);
             }
-            if h != hash {
+            // One of ours holds another name (a name is pinned once per manager).
+            if h != hash || pinned[s / 64] & (1 << (s % 64)) != 0 {
                 continue;
             }
             // A failed read pin: someone holds its write pin, giving it a name under the
@@ -457,7 +473,7 @@ impl Table {
             if self.named(s, name, hash) {
                 return Ok(Some(s));
             }
-            self.unpin(s)?;
+            self.set(slot_byte(s, PIN), Range::Free)?;
         }
         Ok(None)
     }
@@ -481,10 +497,12 @@ impl Table {
 
     /// Under the claim byte: give `name` the first slot of its probe sequence nobody
     /// uses (never used, or unpinned), and pin it.
-    fn give(&self, name: &str, hash: u64) -> io::Result<Option<usize>> {
+    fn give(&self, name: &str, hash: u64, pinned: &[u64]) -> io::Result<Option<usize>> {
         for i in 0..SLOTS {
             let s = (hash as usize).wrapping_add(i) % SLOTS;
-            if !self.set(slot_byte(s, PIN), Range::Write)? {
+            if pinned[s / 64] & (1 << (s % 64)) != 0
+                || !self.set(slot_byte(s, PIN), Range::Write)?
+            {
                 continue;
             }
             let w = self.slot(s);
@@ -495,8 +513,12 @@ impl Table {
                 word.store(pack(c), Ordering::Relaxed);
             }
             w.name_len.store(name.len() as u32, Ordering::Relaxed);
+            // Nobody waits for an unpinned slot: bits left are a dead client's.
             w.writers.store(0, Ordering::Relaxed);
             w.turn.store(0, Ordering::Relaxed);
+            for word in &w.waiting {
+                word.store(0, Ordering::Relaxed);
+            }
             w.hash.store(hash, Ordering::Release);
             // Downgrade to a read pin: atomic on one description.
             self.set(slot_byte(s, PIN), Range::Read)?;
@@ -752,9 +774,13 @@ mod tests {
         let h = |n: &str| stable_hash(n);
         let s = a.pin("x", h("x")).unwrap().unwrap();
         assert_eq!(b.pin("x", h("x")).unwrap(), Some(s), "one name, one slot");
-        // Another name with the same probe start goes elsewhere while "x" is pinned.
+        // Another name with the same probe start goes elsewhere while "x" is pinned, by
+        // another manager or by this one (whose own pin the kernel cannot see).
         let other = b.pin("y", h("x")).unwrap().unwrap();
         assert_ne!(other, s);
+        let third = a.pin("w", h("x")).unwrap().unwrap();
+        assert!(third != s && third != other);
+        a.unpin(third).unwrap();
         // Both modes of kernel lock exclude as they should, between descriptions.
         assert!(a.take(s, Range::Write).unwrap());
         assert!(!b.take(s, Range::Read).unwrap());
