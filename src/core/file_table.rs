@@ -617,7 +617,10 @@ impl Table {
         if turn == 0 || turn as usize == me + 1 {
             return None;
         }
-        let age = now_ms().saturating_sub(w.turn_at.load(Ordering::Relaxed));
+        let (now, at) = (now_ms(), w.turn_at.load(Ordering::Relaxed));
+        // A time to come is not this boot's (a table kept on disk across a reboot, or
+        // damaged): that turn is over.
+        let age = now.checked_sub(at)?;
         (age < TURN_GRACE_MS).then(|| TURN_GRACE_MS - age)
     }
 
