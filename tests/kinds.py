@@ -154,6 +154,8 @@ FAMILIES: list[Family] = [
         "file",
         lock=lambda: _file_manager().lock(fresh_name()),
         sharable=lambda: _file_manager().sharable_lock(fresh_name()),
+        # Threads of one manager may retake a name before a waiter wakes (see README).
+        fifo=False,
     ),
 ]
 LOCK_FAMILIES = [f for f in FAMILIES if f.lock is not None]

@@ -10,8 +10,8 @@
 //!   tasks. A thread or task first takes the name in that scope, then enters the
 //!   manager's *gate* of the name: the kernel hold, taken by the first local holder and
 //!   released after the last, or passed on among local holders without a system call
-//!   (the cohort: at most `MAX_HANDOFFS` times and for `MAX_KEEP`, and never while
-//!   another client waits for the name).
+//!   (the cohort: for as long as they want it while no other client waits for the name;
+//!   once one waits, at most `MAX_HANDOFFS` more times and for `MAX_KEEP`).
 //!
 //! A local holder that cannot enter the gate at once (another client holds the name)
 //! leaves a *ticket*: the manager's agent thread takes the kernel hold for it when the
@@ -44,9 +44,10 @@ use super::raw::{Compete, Enqueued, Notify, RawWaiter, Status};
 use super::stats::Statistics;
 use super::waiter::Mode;
 
-/// Local hand-offs of one kernel hold before it is given back to the kernel.
-const MAX_HANDOFFS: u32 = 32;
-/// How long a kernel hold may be handed on locally.
+/// Local hand-offs of one kernel hold, once another client waits, before it goes back.
+const MAX_HANDOFFS: u32 = 256;
+/// How long after its first local hand-off a kernel hold may be handed on locally once
+/// another client waits: a process's batch of holds, which bounds the others' waits.
 const MAX_KEEP: Duration = Duration::from_millis(2);
 /// How often an agent with tickets tries again when no release rang (a crashed holder).
 const CRASH_CHECK: Duration = Duration::from_millis(10);
@@ -255,19 +256,22 @@ impl Keeper {
         }
     }
 
-    /// Whether the local scope has a holder of `name` (in either mode).
-    fn local_held(&self, g: &Gate) -> bool {
+    /// Whether the local scope has a holder of the name (in either mode) or a waiter:
+    /// someone who will enter the gate, or settle it when it gives up.
+    fn local_demand(&self, g: &Gate) -> bool {
         let key = Key::with_hash(g.name.clone(), g.hash);
-        self.local.is_held(&key)
+        self.local.in_demand(&key)
     }
 
     /// After a local hold ended (and left the gate, if it had entered): pass the kernel
-    /// hold to tickets or to a local holder about to enter, or give it back.
+    /// hold to tickets or keep it for local demand (a holder about to enter, a waiter), or
+    /// give it back.
     ///
-    /// The cohort rule: the hold is passed on locally only while no other client waits
-    /// for the name, at most `MAX_HANDOFFS` times and for `MAX_KEEP`; past those it goes
-    /// back to the kernel, and tickets take it again at once (nobody else wants it) or
-    /// wait for their turn.
+    /// The cohort rule: while no other client waits for the name, the hold stays with
+    /// this manager for as long as its threads and tasks want it, passed on without a
+    /// system call. Once another client waits, it is passed on at most `MAX_HANDOFFS`
+    /// times and for `MAX_KEEP` from its first hand-off (so at once, if those are spent),
+    /// then goes back to the kernel with the turn given to the next waiting client.
     fn settle(&self, g: &mut Gate, wake: &mut Vec<Arc<Ticket>>) {
         if g.users > 0 {
             return;
@@ -276,9 +280,9 @@ impl Keeper {
             let t = &self.table;
             // Checked in the order of their cost: most releases have nobody to pass to.
             let keep = |g: &Gate| {
-                g.handoffs < MAX_HANDOFFS
-                    && g.first_handoff.is_none_or(|at| at.elapsed() < MAX_KEEP)
-                    && t.waiting(s, self.me).is_empty()
+                (g.handoffs < MAX_HANDOFFS
+                    && g.first_handoff.is_none_or(|at| at.elapsed() < MAX_KEEP))
+                    || t.waiting(s, self.me).is_empty()
             };
             if !g.tickets.is_empty() {
                 if keep(g) && g.tickets[0].mode == m && !(m == Mode::Shared && t.writer_waits(s)) {
@@ -287,7 +291,7 @@ impl Keeper {
                     self.grant_all(g, wake);
                     return;
                 }
-            } else if self.local_held(g) && keep(g) {
+            } else if self.local_demand(g) && keep(g) {
                 return;
             }
             self.free(g, s);
@@ -681,9 +685,7 @@ impl FileClient {
         let table = Arc::new(Table::open(dir)?);
         let me = table.join()?;
         let fences = table.clone();
-        let local = MemoryClient::new(Arc::new(MemoryScope::with_fences(move || {
-            fences.next_fence()
-        })));
+        let local = MemoryClient::new(Arc::new(MemoryScope::private(move || fences.next_fence())));
         let keeper = Arc::new(Keeper {
             table,
             me,
@@ -873,7 +875,10 @@ impl RawWaiter for FileWaiter {
         let mut stage = w.stage();
         match std::mem::replace(&mut *stage, Stage::Left) {
             Stage::Local(local) => {
-                if !local.abandon() {
+                if local.abandon() {
+                    // One waiter less: a hold kept for local demand may have none left.
+                    w.client.keeper.settle_key(&w.key);
+                } else {
                     // Handed the local hold first: give it back.
                     w.give_back();
                 }

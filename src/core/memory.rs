@@ -156,6 +156,7 @@ impl Table {
         spare: &mut Vec<Entry>,
         idle: &mut usize,
         key: &Key,
+        policy: Policy,
     ) -> &'t mut Entry {
         let entry = match entries.entry(key.hash(), same(key), |e| e.hash) {
             hash_table::Entry::Occupied(found) => {
@@ -180,7 +181,7 @@ impl Table {
                     None => Entry {
                         name: key.to_arc(),
                         hash: key.hash(),
-                        slot: Arc::new(Slot::new(Policy::Fair)),
+                        slot: Arc::new(Slot::new(policy)),
                         pins: 0,
                         holds: Vec::new(),
                         waits: Vec::new(),
@@ -242,6 +243,9 @@ pub struct MemoryScope {
     /// Where fences come from when not from the shards' counters: a scope that is one
     /// process's part of a wider one (`file.rs`) takes them from the wider scope.
     fences: Option<Box<dyn Fn() -> u64 + Send + Sync>>,
+    /// The slots' grant policy: FIFO hand-off, as a lock shared by name is expected to
+    /// be, except where the scope is one process's part of a wider one (see `private`).
+    policy: Policy,
 }
 
 impl MemoryScope {
@@ -250,14 +254,20 @@ impl MemoryScope {
             shards: (0..SHARDS).map(|_| Mutex::new(Table::default())).collect(),
             clients: AtomicU64::new(0),
             fences: None,
+            policy: Policy::Fair,
         }
     }
 
-    /// A scope of its own whose fences come from `fences` (called under a shard's
-    /// mutex, with the hold taken; its values must be unique and increasing).
-    pub(crate) fn with_fences(fences: impl Fn() -> u64 + Send + Sync + 'static) -> MemoryScope {
+    /// One process's part of a wider scope (`file.rs`): its fences come from `fences`
+    /// (called under a shard's mutex, with the hold taken; its values must be unique and
+    /// increasing), and a released name may be taken again by a running thread before a
+    /// waiter wakes (`Policy::Barging`, as `threading.Lock`): the wider scope's hold is
+    /// then passed on without a context switch, and the slot's own ~1 ms "time to be
+    /// fair" still bounds how long a waiter can be passed over.
+    pub(crate) fn private(fences: impl Fn() -> u64 + Send + Sync + 'static) -> MemoryScope {
         MemoryScope {
             fences: Some(Box::new(fences)),
+            policy: Policy::Barging,
             ..MemoryScope::new()
         }
     }
@@ -549,7 +559,7 @@ impl View<'_> {
             idle,
             ..
         } = &mut *table;
-        let entry = Table::pin(entries, spare, idle, self.key);
+        let entry = Table::pin(entries, spare, idle, self.key, self.client.scope.policy);
         if entry.slot.try_lock(self.mode) {
             return Some(then(fence, entry));
         }
@@ -648,7 +658,13 @@ impl View<'_> {
                 idle,
                 ..
             } = &mut *table;
-            (Table::pin(entries, spare, idle, self.key).slot.clone(), id)
+            let policy = self.client.scope.policy;
+            (
+                Table::pin(entries, spare, idle, self.key, policy)
+                    .slot
+                    .clone(),
+                id,
+            )
         };
         let view = LockView::over(slot, self.mode);
         let inner = match view.enqueue(notify, compete) {
@@ -830,10 +846,10 @@ impl Session for MemoryClient {
 }
 
 impl MemoryClient {
-    /// Whether anybody holds `key` (in either mode), recorded or not.
-    pub(crate) fn is_held(&self, key: &Key) -> bool {
+    /// Whether anybody holds `key` (in either mode, recorded or not) or waits for it.
+    pub(crate) fn in_demand(&self, key: &Key) -> bool {
         self.view(key, Mode::Exclusive)
-            .with_slot(|v| v.slot().snapshot().0 != 0)
+            .with_slot(|v| v.slot().snapshot() != (0, 0))
             .unwrap_or(false)
     }
 
