@@ -95,6 +95,8 @@ CRASH_WAIT_S = 5.0
 CRASH_HARD_LIMIT_NS = 1_000_000_000
 #: How long the parent lets ``file_crash``'s waiter settle into its wait before the kill.
 CRASH_SETTLE_S = 0.05
+#: How long ``file_handoff``'s processes sleep between looks at the other's slot.
+_POLL_S = 0.00002
 #: The contended children start together this long after the parent says go, in ns.
 _START_MARGIN_NS = 100_000_000
 
@@ -262,12 +264,13 @@ def _contend_child(kind: str, directory: Path, threads_text: str) -> None:
 
 
 def _await_slot(slots: memoryview, index: int, value: int) -> None:
-    """Spin until ``slots[index]`` reaches ``value`` (a few microseconds: the other process
-    writes it right after its previous step)."""
+    """Poll until ``slots[index]`` reaches ``value``, sleeping between looks: a process
+    spinning here would take one of the CPUs that the hand-off being timed needs."""
     limit = perf_counter_ns() + int(ACQUIRE_TIMEOUT_S * 1e9)
     while slots[index] < value:
         if perf_counter_ns() > limit:
             raise BenchError(f"the other process never wrote {value} into its slot")
+        time.sleep(_POLL_S)
 
 
 def _handoff_child(
@@ -316,10 +319,12 @@ def _handoff_child(
 
 def _hold_child(kind: str, directory: Path) -> None:
     """``file_crash``'s holder: takes the lock and waits to be killed."""
-    acquire, _ = open_lock(kind, directory)
-    acquire(ACQUIRE_TIMEOUT_S)
+    acquire, close = open_lock(kind, directory)
+    release = acquire(ACQUIRE_TIMEOUT_S)  # kept: a dropped ``Unlock`` releases
     send({"held": True})
     receive()  # never comes: the parent kills this process (or closes stdin)
+    release()
+    close()
 
 
 def _wait_child(kind: str, directory: Path, wait_text: str) -> None:
@@ -514,7 +519,9 @@ def _crash_round(kind: str, directory: Path) -> int | None:
         got: dict[str, Any] = waiter.recv(CRASH_WAIT_S + 30)
     if got.get("timeout"):
         return None
-    return int(got["acquired"]) - killed
+    waited = int(got["acquired"]) - killed
+    expect(waited > 0, f"{kind}: the waiter got the lock before its holder was killed")
+    return waited
 
 
 def crash_row(row: Row, cfg: Config) -> RowResult:
@@ -534,7 +541,7 @@ def crash_row(row: Row, cfg: Config) -> RowResult:
     waits = [CRASH_WAIT_S * 1e9 if t is None else float(t) for t in ours]
     mid, worst = median(waits), max(waits)
     note = (
-        f"{cfg.crash_rounds} rounds, each a fresh holder killed while a waiter waits: "
+        f"{cfg.crash_rounds} round(s), each a fresh holder killed while a waiter waits: "
         f"median {format_value(mid, 'ns')}, max {format_value(worst, 'ns')} "
         f"(hard limit {format_value(CRASH_HARD_LIMIT_NS, 'ns')})"
     )
