@@ -14,7 +14,9 @@ The other rows run child interpreters (``procs.py``; started fresh, never forked
     fixed window and do a tiny critical section (a read-modify-write of a counter in a
     shared ``mmap``, which the parent checks against the holds counted: a lock that lets
     two holders in loses increments). Cost per hold is the window over all the holds;
-    each process's share of the holds and the longest single wait are in the note.
+    each process's share of the holds, the share of holds taken over from another
+    process (the previous hold was not this process's) and the longest single wait are in
+    the note.
 ``file_handoff``
     Two processes pass the lock back and forth. The waiter announces itself in a shared
     ``mmap`` slot and calls ``acquire``; the holder sees the announcement, sleeps
@@ -213,16 +215,20 @@ def _sleep_until(t_ns: int) -> None:
         time.sleep(min(left / 1e9, 0.01))
 
 
-def _contend_child(kind: str, directory: Path, threads_text: str) -> None:
+def _contend_child(kind: str, directory: Path, index_text: str, threads_text: str) -> None:
     """``file_contended_*``: threads take the lock in a loop over the window the parent
-    sends; reports this process's holds, longest wait and last release."""
-    threads = int(threads_text)
+    sends; reports this process's holds, how many of them came from another process, the
+    longest wait and the last release.
+
+    The shared ``counter`` is the count of holds and the number (1 up) of the process
+    that held last."""
+    tag, threads = int(index_text) + 1, int(threads_text)
     acquire, close = open_lock(kind, directory)
-    with _shared_ints(directory / "counter", 1) as counter:
+    with _shared_ints(directory / "counter", 2) as counter:
         acquire(ACQUIRE_TIMEOUT_S)()  # warm-up: the files opened, a first grant
         go = threading.Event()
         window = [0, 0]
-        reports: list[tuple[int, int, int]] = []
+        reports: list[tuple[int, int, int, int]] = []
         errors: list[str] = []
 
         def worker() -> None:
@@ -230,15 +236,18 @@ def _contend_child(kind: str, directory: Path, threads_text: str) -> None:
                 go.wait(SETUP_TIMEOUT_S)
                 start, end = window
                 _sleep_until(start)
-                clock, holds, longest = perf_counter_ns, 0, 0
+                clock, holds, crossed, longest = perf_counter_ns, 0, 0, 0
                 while (before := clock()) < end:
                     release = acquire(ACQUIRE_TIMEOUT_S)
                     after = clock()
                     counter[0] += 1  # not atomic: two holders at once lose increments
+                    if counter[1] != tag:
+                        counter[1] = tag
+                        crossed += 1
                     release()
                     holds += 1
                     longest = max(longest, after - before)
-                reports.append((holds, longest, clock()))
+                reports.append((holds, crossed, longest, clock()))
             except BaseException as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
 
@@ -256,8 +265,9 @@ def _contend_child(kind: str, directory: Path, threads_text: str) -> None:
         send(
             {
                 "holds": sum(r[0] for r in reports),
-                "longest": max(r[1] for r in reports),
-                "last": max(r[2] for r in reports),
+                "crossed": sum(r[1] for r in reports),
+                "longest": max(r[2] for r in reports),
+                "last": max(r[3] for r in reports),
             }
         )
     close()
@@ -380,15 +390,17 @@ class _Contended:
 
     ns_per_hold: float
     holds: tuple[int, ...]  # per process
+    #: Holds whose previous hold was another process's.
+    crossed: int
     longest_ns: int
 
 
 def _contend_run(kind: str, directory: Path, seconds: float) -> _Contended:
-    _write_ints(directory / "counter", [0])
+    _write_ints(directory / "counter", [0, 0])
     with ExitStack() as stack:
         children = [
-            stack.enter_context(Child("contend", kind, str(directory), str(THREADS)))
-            for _ in range(PROCESSES)
+            stack.enter_context(Child("contend", kind, str(directory), str(p), str(THREADS)))
+            for p in range(PROCESSES)
         ]
         for child in children:
             child.recv(SETUP_TIMEOUT_S)
@@ -398,12 +410,19 @@ def _contend_run(kind: str, directory: Path, seconds: float) -> _Contended:
             child.send({"start": start, "end": end})
         reports = [child.recv(seconds + ACQUIRE_TIMEOUT_S + 30) for child in children]
     holds = tuple(int(r["holds"]) for r in reports)
-    with _shared_ints(directory / "counter", 1) as counter:
+    with _shared_ints(directory / "counter", 2) as counter:
         counted = counter[0]
     expect(sum(holds) > 0, f"{kind}: no process got the lock in {seconds:g} s")
     expect(counted == sum(holds), f"{kind}: {sum(holds)} holds but {counted} increments")
     elapsed = max(int(r["last"]) for r in reports) - start
-    return _Contended(elapsed / sum(holds), holds, max(int(r["longest"]) for r in reports))
+    crossed = sum(int(r["crossed"]) for r in reports)
+    longest = max(int(r["longest"]) for r in reports)
+    return _Contended(elapsed / sum(holds), holds, crossed, longest)
+
+
+def _taken_over(runs: Sequence[_Contended]) -> float:
+    """The share of the holds whose previous hold was another process's."""
+    return sum(run.crossed for run in runs) / sum(sum(run.holds) for run in runs)
 
 
 def _contended_text(label: str, runs: Sequence[_Contended]) -> str:
@@ -414,6 +433,7 @@ def _contended_text(label: str, runs: Sequence[_Contended]) -> str:
     longest = max(run.longest_ns for run in runs)
     return (
         f"{label} {rate:,.0f} holds/s, shares of the holds by process {shares} %, "
+        f"{100 * _taken_over(runs):.0f} % of holds taken over from another process, "
         f"longest single wait {format_value(longest, 'ns')}"
     )
 
@@ -442,6 +462,8 @@ def contended_row(anchor: str) -> Measure:
             "anchor_holds_per_s": 1e9 / theirs,
             "ours_longest_wait_ns": float(max(r.longest_ns for r in runs["ctxlock"])),
             "anchor_longest_wait_ns": float(max(r.longest_ns for r in runs[anchor])),
+            "ours_taken_over_share": _taken_over(runs["ctxlock"]),
+            "anchor_taken_over_share": _taken_over(runs[anchor]),
         }
         return row.result(ours, theirs, ours / theirs, note=note, extra=extra)
 

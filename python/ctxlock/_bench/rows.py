@@ -77,8 +77,9 @@ over cost, so lower is better). The rows:
     4 processes (fresh interpreters) x 2 threads take one name for a fixed window (2 s,
     3 windows each, interleaved) with a tiny critical section; ns per hold overall,
     against ``filelock.FileLock`` (one per process, shared by its threads). Target <= 0.1:
-    at least 10 times the holds per second. The note has the holds per second, each
-    process's share of the holds and the longest single wait of both.
+    at least 10 times the holds per second. The note has, for both, the holds per
+    second, each process's share of the holds, the share of holds taken over from another
+    process and the longest single wait.
 ``file_contended_vs_fasteners``
     The same against fasteners' ``InterProcessLock`` (one per process, taken under a
     ``threading.Lock``: its POSIX record lock does not exclude a process's own threads).
