@@ -33,6 +33,7 @@ OPS: dict[str, int] = {
     "tasks_through": 1_000,
     "mixed_2t2t": 1_000,
     "named_acquire_unlock": 10_000,
+    "file_acquire_unlock": 2_000,
 }
 
 CASES = [

@@ -30,9 +30,17 @@ ROWS = (
     "named_acquire_unlock",
     "named_vs_weakdict",
     "named_1m",
+    "file_acquire_unlock",
+    "file_vs_flock",
+    "file_contended_4p",
+    "file_contended_vs_fasteners",
+    "file_handoff",
+    "file_crash",
 )
 #: Rows whose ratio column is a growth against a budget, which may well be 0.
 BUDGET_ROWS = ("churn_rss", "named_1m")
+#: The rows of the file scope (``LockManager("file:///dir")``), between processes.
+FILE_ROWS = tuple(key for key in ROWS if key.startswith("file_"))
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -68,6 +76,58 @@ def test_quick_bench_json(tmp_path: Path) -> None:
         assert isinstance(row["ok"], bool)
         if row["anchor_ns"] is not None:
             assert row["ours_ns"] > 0 and row["anchor_ns"] > 0, row
+
+
+def file_scope_available(directory: Path) -> bool:
+    directory.mkdir()
+    try:
+        ctxlock.LockManager(f"file://{directory}").close()
+    except ctxlock.BackendError:
+        return False
+    return True
+
+
+def test_quick_file_rows_run_or_are_not_available(tmp_path: Path) -> None:
+    proc = run_cli("bench", "--quick", "--json", "--rows", ",".join(FILE_ROWS), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = {row["key"]: row for row in json.loads(proc.stdout)["rows"]}
+    assert list(rows) == list(FILE_ROWS)
+    if not file_scope_available(tmp_path / "probe"):
+        for row in rows.values():
+            assert row["status"] == "skip", row
+            assert row["note"].startswith("not available: "), row
+        return
+    for key, row in rows.items():
+        if row["status"] == "skip":  # a peer library that is not installed, or no fcntl
+            assert "not installed" in row["note"] or "fcntl" in row["note"], row
+            continue
+        assert row["status"] in ("ok", "miss"), (key, row["note"])
+        assert row["ratio"] > 0 and row["ours_ns"] > 0, row
+    for key in ("file_contended_4p", "file_contended_vs_fasteners"):
+        if rows[key]["status"] != "skip":
+            assert "shares of the holds by process" in rows[key]["note"]
+            assert rows[key]["extra"]["ours_holds_per_s"] > 0
+    handoff = rows["file_handoff"]["extra"]
+    assert 0 < handoff["p50_ns"] <= handoff["p99_ns"] <= handoff["max_ns"]
+    crash = rows["file_crash"]["extra"]
+    assert 0 < crash["median_ns"] <= crash["max_ns"]
+
+
+def test_the_process_rows_machinery_with_the_peers(tmp_path: Path) -> None:
+    """The children, their protocol and the checks, with locks that exist today (the
+    file scope's own runs are in the test above)."""
+    pytest.importorskip("fcntl")
+    from ctxlock._bench import file
+
+    for kind in ("filelock", "fasteners"):
+        pytest.importorskip(kind)
+        run = file._contend_run(kind, tmp_path, 0.1)
+        assert len(run.holds) == file.PROCESSES and sum(run.holds) > 0
+        assert run.ns_per_hold > 0 and run.longest_ns >= 0
+    latencies = file._handoff_run("flock", tmp_path, 20)
+    assert len(latencies) == 20 - 4 and all(t > 0 for t in latencies)
+    waited = file._crash_round("flock", tmp_path)
+    assert waited is not None and 0 < waited < 5_000_000_000
 
 
 class MisspelledCall(_bench.Workload):

@@ -13,8 +13,11 @@ A *row* (``row.py``) compares ctxlock with an anchor and checks the ratio agains
 ``rows.py`` lists them and says what each measures. ``pairs.py`` measures the ratio rows with
 ``sampling.py``; ``memory.py``, ``scaling.py`` and ``churn.py`` three others; ``named.py``
 has the named-lock workloads (``LockManager`` against a dict and a ``WeakValueDictionary``
-of ``threading.Lock``) and measures ``named_1m``. ``report.py`` prints the results as a
-table or JSON, ``plot.py`` draws them.
+of ``threading.Lock``) and measures ``named_1m``. ``file.py`` has the rows of the file scope
+(``LockManager("file:///dir")``, the processes of one machine) against ``filelock``,
+``fasteners`` and ``fcntl.flock``, most of them run in child interpreters that ``procs.py``
+starts and talks to. ``report.py`` prints the results as a table or JSON, ``plot.py``
+draws them.
 """
 
 from ctxlock._bench.config import Config

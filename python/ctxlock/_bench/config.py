@@ -29,6 +29,13 @@ class Config:
     churn_cycles: int = 200_000
     #: Distinct names of ``named_1m``, each taken once (the first tenth is the warm-up).
     named_names: int = 1_000_000
+    #: Length of one window of the ``file_contended_*`` rows, and windows per lock.
+    file_seconds: float = 2.0
+    file_repeat: int = 3
+    #: Hand-offs between two processes in ``file_handoff``, per lock.
+    handoff_rounds: int = 2_000
+    #: Holders killed in ``file_crash``, per lock.
+    crash_rounds: int = 5
 
     @classmethod
     def full(cls, repeat: int | None = None, *, full_churn: bool = False) -> Config:
@@ -55,4 +62,8 @@ class Config:
             scaling_repeat=1,
             churn_cycles=1_000_000 if full_churn else 2_000,
             named_names=20_000,
+            file_seconds=0.2,
+            file_repeat=1,
+            handoff_rounds=40,
+            crash_rounds=1,
         )

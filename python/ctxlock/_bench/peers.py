@@ -21,6 +21,7 @@ __all__ = [
     "NoLock",
     "PeerMissing",
     "SyncLock",
+    "Unavailable",
     "aiologic_lock",
     "asyncio_lock",
     "ctxlock_lock",
@@ -70,6 +71,14 @@ class PeerMissing(Exception):
         )
 
 
+class Unavailable(PeerMissing):
+    """Something a row needs is not in this build or on this platform (not a package to
+    install, unlike ``PeerMissing``): the row is skipped with ``note`` as its reason."""
+
+    def __init__(self, note: str) -> None:
+        Exception.__init__(self, note)
+
+
 PEER_LABELS: Mapping[str, str] = {
     "ctxlock": "ctxlock",
     "threading": "threading.Lock",
@@ -77,6 +86,9 @@ PEER_LABELS: Mapping[str, str] = {
     "aiologic": "aiologic.Lock",
     "readerwriterlock": "RWLockFair reader",
     "weakdict": "WeakValueDictionary",
+    "filelock": "filelock.FileLock",
+    "fasteners": "fasteners InterProcessLock",
+    "flock": "fcntl.flock",
 }
 
 

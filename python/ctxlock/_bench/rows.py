@@ -65,6 +65,38 @@ over cost, so lower is better). The rows:
     (``mgr.lock(name).acquire()()``), in a fresh interpreter, measured after the first
     100,000 as warm-up: a name nobody holds or waits on takes no memory. The ratio column
     is the growth in MB; target <= 10.
+``file_acquire_unlock``
+    ``u = acq(); u()`` uncontended on one name of a ``LockManager("file:///dir")`` (the
+    processes of one machine; the handle made once, ``acq`` pre-bound, a temporary
+    directory), against ``filelock.FileLock``'s ``acquire()`` / ``release()`` on a file in
+    a temporary directory. Target <= 0.1.
+``file_vs_flock``
+    The same against a bare ``fcntl.flock(fd, LOCK_EX)`` / ``fcntl.flock(fd, LOCK_UN)`` on
+    a file kept open, from Python. Target <= 1.0.
+``file_contended_4p``
+    4 processes (fresh interpreters) x 2 threads take one name for a fixed window (2 s,
+    3 windows each, interleaved) with a tiny critical section; ns per hold overall,
+    against ``filelock.FileLock`` (one per process, shared by its threads). Target <= 0.1:
+    at least 10 times the holds per second. The note has, for both, the holds per
+    second, each process's share of the holds, the share of holds taken over from another
+    process and the longest single wait.
+``file_contended_vs_fasteners``
+    The same against fasteners' ``InterProcessLock`` (one per process, taken under a
+    ``threading.Lock``: its POSIX record lock does not exclude a process's own threads).
+    Target <= 0.1.
+``file_handoff``
+    Two processes pass the lock back and forth 2,000 times; the time from ``unlock()`` in
+    one to ``acquire`` returning in the other, on ``time.perf_counter_ns`` (one clock for
+    the machine). The ratio column is the median in microseconds; target <= 50 us. The
+    note has the p99 and, as a control, the same with a blocking ``fcntl.flock``.
+``file_crash``
+    A holder process is killed with SIGKILL while another process waits; the time from
+    the kill to the waiter's grant, 5 rounds. The ratio column is the median in
+    milliseconds; target <= 100 ms, and no round may reach 1 s (hard limit). Control:
+    ``fcntl.flock``.
+
+The ``file_*`` rows are skipped ("not available") where the build has no file scope
+(``LockManager("file:///...")`` raises ``BackendError``).
 
 In quick mode every row runs with tiny counts: the numbers mean nothing, but every code path
 runs and every workload checks its own invariants (counts, mutual exclusion).
@@ -80,6 +112,7 @@ from collections.abc import Mapping, Sequence
 
 from ctxlock._bench.churn import churn_row
 from ctxlock._bench.config import Config
+from ctxlock._bench.file import contended_row, crash_row, handoff_row
 from ctxlock._bench.memory import memory_row
 from ctxlock._bench.named import named_memory_row
 from ctxlock._bench.pairs import pair
@@ -215,6 +248,54 @@ ROWS: Sequence[Row] = (
         named_memory_row,
         unit="B",
         ratio_unit=" MB",
+    ),
+    Row(
+        "file_acquire_unlock",
+        "file:/// scope: u = acq(); u() on one name vs filelock.FileLock acquire()/release()",
+        "filelock.FileLock",
+        0.1,
+        pair("file_acquire_unlock", "filelock", _micro),
+    ),
+    Row(
+        "file_vs_flock",
+        "file:/// scope: u = acq(); u() on one name vs fcntl.flock LOCK_EX/LOCK_UN, fd open",
+        "fcntl.flock",
+        1.0,
+        pair("file_acquire_unlock", "flock", _micro),
+    ),
+    Row(
+        "file_contended_4p",
+        "4 processes x 2 threads on one name, tiny critical section; ns per hold vs filelock",
+        "filelock.FileLock",
+        0.1,
+        contended_row("filelock"),
+        unit="ns/hold",
+    ),
+    Row(
+        "file_contended_vs_fasteners",
+        "4 processes x 2 threads on one name; ns per hold vs fasteners InterProcessLock",
+        "fasteners",
+        0.1,
+        contended_row("fasteners"),
+        unit="ns/hold",
+    ),
+    Row(
+        "file_handoff",
+        "unlock() in one process to acquire returning in another (ratio column: p50 us)",
+        "budget",
+        50.0,
+        handoff_row,
+        unit="ns",
+        ratio_unit=" us",
+    ),
+    Row(
+        "file_crash",
+        "SIGKILL of a holder process to the next grant elsewhere (ratio column: median ms)",
+        "budget",
+        100.0,
+        crash_row,
+        unit="ns",
+        ratio_unit=" ms",
     ),
 )
 

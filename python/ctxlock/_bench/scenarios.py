@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 
+from ctxlock._bench.file import FileAcquireUnlock, FileLockAcquireRelease, FlockLockUnlock
 from ctxlock._bench.loops import (
     AsyncWith,
     CtxlockAcquireDeadline,
@@ -90,5 +91,10 @@ SCENARIOS: Mapping[str, Mapping[str, WorkloadFactory]] = {
         "ctxlock": NamedAcquireUnlock,
         "threading": DictAcquireRelease,
         "weakdict": WeakDictAcquireRelease,
+    },
+    "file_acquire_unlock": {
+        "ctxlock": FileAcquireUnlock,
+        "filelock": FileLockAcquireRelease,
+        "flock": FlockLockUnlock,
     },
 }
