@@ -37,7 +37,9 @@ use std::time::{Duration, Instant};
 use hashbrown::HashTable;
 
 use super::cancel::Reason;
-use super::file_table::{futex_wait, futex_wake, stable_hash, Range, Table};
+use super::file_table::{
+    futex_wait, futex_wake, stable_hash, Range, Table, NEWS_AGENT, NEWS_ALL, NEWS_RELEASE,
+};
 use super::memory::{MemoryClient, MemoryScope};
 use super::named::{Failure, Info, Key, Lost, Session, Who};
 use super::raw::{Compete, Enqueued, Notify, RawWaiter, Status};
@@ -60,6 +62,10 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 struct Ticket {
     mode: Mode,
     notify: Notify,
+    /// A blocked thread's: it enters for itself, sleeping on the doorbell between tries
+    /// (`FileWaiter::park`), which saves the agent's wake-up on the way to it; a task's
+    /// is entered for by the agent, as a task cannot block.
+    own: bool,
     /// Set (under the gates' mutex) when the agent entered the gate for it.
     granted: AtomicBool,
     who: Who,
@@ -251,7 +257,7 @@ impl Keeper {
         if !others.is_empty() {
             self.table.pass_turn(s, self.me, &others);
             for c in others {
-                self.table.ring(c);
+                self.table.ring(c, NEWS_RELEASE);
             }
         }
     }
@@ -303,19 +309,36 @@ impl Keeper {
             if self.enter(g, mode, g.tickets.len() as u32) {
                 self.grant_all(g, wake);
             } else {
-                self.table.ring(self.me);
+                self.table.ring(self.me, NEWS_RELEASE | NEWS_AGENT);
             }
         }
     }
 
     /// Every ticket of `g` entered: mark them granted, to be woken out of the mutex.
     fn grant_all(&self, g: &mut Gate, wake: &mut Vec<Arc<Ticket>>) {
-        for t in g.tickets.drain(..) {
+        self.grant(g, |_| true, wake);
+    }
+
+    /// The tickets `pick` says entered: mark them granted, to be woken out of the mutex
+    /// (a thread sleeping on the doorbell by its ring).
+    fn grant(&self, g: &mut Gate, pick: impl Fn(&Ticket) -> bool, wake: &mut Vec<Arc<Ticket>>) {
+        let mut own = false;
+        g.tickets.retain(|t| {
+            if !pick(t) {
+                return true;
+            }
             // ORDERING: Release pairs with the waiter's Acquire load in `status`.
             t.granted.store(true, Ordering::Release);
-            wake.push(t);
+            own |= t.own;
+            wake.push(t.clone());
+            false
+        });
+        if own {
+            self.table.ring(self.me, NEWS_RELEASE);
         }
-        self.unmark(g);
+        if g.tickets.is_empty() {
+            self.unmark(g);
+        }
     }
 
     /// The tickets are gone: stop saying this client waits for the name.
@@ -333,7 +356,7 @@ impl Keeper {
             }
             // Shared requests it held back may go now.
             for c in t.waiting(s, self.me) {
-                t.ring(c);
+                t.ring(c, NEWS_RELEASE);
             }
         }
     }
@@ -370,8 +393,10 @@ impl Keeper {
 
     /// Leave a ticket for a local holder that could not enter; the agent enters for it.
     fn register(&self, key: &Key, mode: Mode, notify: Notify, who: Who) -> Option<Arc<Ticket>> {
+        let own = matches!(notify, Notify::Thread(_));
         let ticket = Arc::new(Ticket {
             mode,
+            own,
             notify,
             granted: AtomicBool::new(false),
             who,
@@ -392,8 +417,38 @@ impl Keeper {
                 }
             }
         })?;
-        self.table.ring(self.me);
+        if !own {
+            self.table.ring(self.me, NEWS_AGENT);
+        }
         Some(ticket)
+    }
+
+    /// A thread's own try at the gate for its ticket (see `Ticket::own`): `None` if it
+    /// was granted (now or before) or withdrawn, else how long to sleep at most before
+    /// the next try when no ring comes (a dead holder rings nobody; a turn runs out).
+    fn enter_for(&self, key: &Key, ticket: &Arc<Ticket>) -> Option<Duration> {
+        self.with_gate(key, |k, g| {
+            // ORDERING: set under the same mutex.
+            if ticket.granted.load(Ordering::Acquire)
+                || !g.tickets.iter().any(|t| Arc::ptr_eq(t, ticket))
+            {
+                return None;
+            }
+            if k.enter(g, ticket.mode, 1) {
+                // ORDERING: as in `grant`; this thread is awake, nobody to ring.
+                ticket.granted.store(true, Ordering::Release);
+                g.tickets.retain(|t| !Arc::ptr_eq(t, ticket));
+                if g.tickets.is_empty() {
+                    k.unmark(g);
+                }
+                return None;
+            }
+            let turn = g.slot.and_then(|s| k.table.not_my_turn(s, k.me));
+            Some(turn.map_or(CRASH_CHECK, |ms| {
+                CRASH_CHECK.min(Duration::from_millis(ms.max(1)))
+            }))
+        })
+        .flatten()
     }
 
     /// Take a ticket back (its holder gives up). False if it was granted first: its
@@ -411,7 +466,7 @@ impl Keeper {
                     // A turn given to this client that it will not take: the others go.
                     k.table.end_turn(s, k.me);
                     for c in k.table.waiting(s, k.me) {
-                        k.table.ring(c);
+                        k.table.ring(c, NEWS_RELEASE);
                     }
                 }
             }
@@ -434,9 +489,14 @@ impl Keeper {
                 if g.tickets.is_empty() {
                     continue;
                 }
+                // Threads' tickets are their own (see `Ticket::own`).
+                let n = g.tickets.iter().filter(|t| !t.own).count() as u32;
+                if n == 0 {
+                    continue;
+                }
                 let mode = g.tickets[0].mode;
-                if self.enter(g, mode, g.tickets.len() as u32) {
-                    self.grant_all(g, &mut wake);
+                if self.enter(g, mode, n) {
+                    self.grant(g, |t| !t.own, &mut wake);
                     continue;
                 }
                 let mut wait = CRASH_CHECK;
@@ -498,7 +558,7 @@ impl Keeper {
         me.records_version
             .store((v | 1).wrapping_add(1), Ordering::Release);
         me.query_done.store(asked, Ordering::SeqCst);
-        futex_wake(&me.query_done);
+        futex_wake(&me.query_done, NEWS_ALL);
     }
 
     /// Every hold and waiter of every live client whose name starts with `prefix`.
@@ -512,7 +572,7 @@ impl Keeper {
             }
             // ORDERING: SeqCst, read by the agent after its doorbell rings.
             let a = t.client(c).query_asked.fetch_add(1, Ordering::SeqCst) + 1;
-            t.ring(c);
+            t.ring(c, NEWS_AGENT);
             asked.push((c, a));
         }
         let until = Instant::now() + ANSWER_WITHIN;
@@ -532,7 +592,12 @@ impl Keeper {
                 if now >= until || !t.alive(c) {
                     break;
                 }
-                futex_wait(&w.query_done, done, Some((until - now).min(CRASH_CHECK)));
+                futex_wait(
+                    &w.query_done,
+                    done,
+                    Some((until - now).min(CRASH_CHECK)),
+                    NEWS_ALL,
+                );
             }
         }
         out.sort_by(|a, b| a.name.cmp(&b.name).then(a.since.total_cmp(&b.since)));
@@ -608,8 +673,10 @@ fn agent(k: Arc<Keeper>) {
             return;
         }
         k.answer();
+        // Releases are news for the agent only while a task's ticket waits.
         let wait = k.try_tickets();
-        futex_wait(bell, seen, wait);
+        let news = if wait.is_some() { NEWS_ALL } else { NEWS_AGENT };
+        futex_wait(bell, seen, wait, news);
     }
 }
 
@@ -718,7 +785,7 @@ impl FileClient {
             std::mem::forget(handle);
             return;
         }
-        k.table.ring(k.me);
+        k.table.ring(k.me, NEWS_AGENT);
         if let Some(h) = handle {
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();
@@ -902,6 +969,30 @@ impl RawWaiter for FileWaiter {
                 false
             }
             Stage::Starting { .. } | Stage::Left => true,
+        }
+    }
+
+    /// A thread at the gate sleeps on its manager's doorbell, which every release of a
+    /// name it waits for rings, and tries to enter for itself when woken (or after
+    /// `CRASH_CHECK`, which also bounds how long a token's cancellation, which unparks
+    /// the thread, may take to be seen). Elsewhere it parks as every waiter does.
+    fn park(&self, until: Option<Instant>) {
+        let w = &self.0;
+        let ticket = match &*w.stage() {
+            Stage::Gate(Some(t)) if t.own => t.clone(),
+            _ => return super::sync::park_until(until),
+        };
+        let k = &w.client.keeper;
+        let bell = &k.table.client(k.me).doorbell;
+        // ORDERING: read before the try, so a ring after it ends the sleep.
+        let seen = bell.load(Ordering::SeqCst);
+        let Some(most) = k.enter_for(&w.key, &ticket) else {
+            return;
+        };
+        let now = Instant::now();
+        let sleep = until.map_or(most, |u| most.min(u.saturating_duration_since(now)));
+        if !sleep.is_zero() {
+            futex_wait(bell, seen, Some(sleep), NEWS_RELEASE);
         }
     }
 

@@ -637,12 +637,12 @@ impl Table {
 
     // ---- doorbells ----------------------------------------------------------------
 
-    /// Ring client `c`'s doorbell.
-    pub fn ring(&self, c: usize) {
+    /// Ring client `c`'s doorbell with `news` (which of its sleepers wake).
+    pub fn ring(&self, c: usize, news: u32) {
         let bell = &self.client(c).doorbell;
         // ORDERING: SeqCst, after whatever the news is; the sleeper compares the word.
         bell.fetch_add(1, Ordering::SeqCst);
-        futex_wake(bell);
+        futex_wake(bell, news);
     }
 }
 
@@ -689,32 +689,67 @@ fn now_ms() -> u64 {
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
-/// Sleep while `word` is `expected`, for `timeout` at most (or until woken).
-pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
-    let ts = timeout.map(|d| libc::timespec {
-        tv_sec: d.as_secs() as libc::time_t,
-        tv_nsec: d.subsec_nanos() as libc::c_long,
+/// What a doorbell ring is about, as futex bit sets: a sleeper wakes for the news it
+/// waits for. A release of a name (threads waiting at a gate sleep for it, and the agent
+/// while a task's ticket waits), and news for the agent alone (a query, a task's new
+/// ticket, stop), so that releases do not wake an agent with nothing to do.
+pub const NEWS_RELEASE: u32 = 1;
+pub const NEWS_AGENT: u32 = 2;
+pub const NEWS_ALL: u32 = NEWS_RELEASE | NEWS_AGENT;
+
+/// Sleep while `word` is `expected`, for `timeout` at most (or until woken by a ring
+/// whose news intersects `news`).
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>, news: u32) {
+    // FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC time.
+    let at = timeout.map(|d| {
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid, writable timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+        let nanos = now.tv_nsec as u64 + u64::from(d.subsec_nanos());
+        libc::timespec {
+            tv_sec: now.tv_sec
+                + d.as_secs() as libc::time_t
+                + (nanos / 1_000_000_000) as libc::time_t,
+            tv_nsec: (nanos % 1_000_000_000) as libc::c_long,
+        }
     });
-    let tsp = ts
+    let atp = at
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: FUTEX_WAIT (shared: the word is in a shared mapping) on a valid aligned
-    // u32 that lives as long as the call; the timeout is null or a valid timespec.
+    // SAFETY: FUTEX_WAIT_BITSET (shared: the word is in a shared mapping) on a valid
+    // aligned u32 that lives as long as the call; the time is null or a valid timespec;
+    // the bit set is non-zero.
     unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
-            libc::FUTEX_WAIT,
+            libc::FUTEX_WAIT_BITSET,
             expected,
-            tsp,
+            atp,
+            std::ptr::null::<u32>(),
+            news,
         )
     };
 }
 
-/// Wake every sleeper on `word`.
-pub fn futex_wake(word: &AtomicU32) {
-    // SAFETY: FUTEX_WAKE on a valid aligned u32; wakes at most i32::MAX sleepers.
-    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+/// Wake every sleeper on `word` that waits for some of `news`.
+pub fn futex_wake(word: &AtomicU32, news: u32) {
+    // SAFETY: FUTEX_WAKE_BITSET on a valid aligned u32; wakes at most i32::MAX sleepers;
+    // the bit set is non-zero.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE_BITSET,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            news,
+        )
+    };
 }
 
 /// The directory of a `file://` url's path, as bytes the kernel takes.
