@@ -253,12 +253,21 @@ impl Keeper {
         if let Err(e) = self.table.free(s) {
             self.fail(e);
         }
-        let others = self.table.waiting(s, self.me);
-        if !others.is_empty() {
-            self.table.pass_turn(s, self.me, &others);
-            for c in others {
-                self.table.ring(c, NEWS_RELEASE);
+        let mut others = self.table.waiting(s, self.me);
+        if others.is_empty() {
+            return;
+        }
+        // A client that died waiting left its bit: clear it, and give it no turn.
+        others.retain(|&c| {
+            let alive = self.table.alive(c);
+            if !alive {
+                self.table.mark_waiting(s, c, false);
             }
+            alive
+        });
+        self.table.pass_turn(s, self.me, &others);
+        for c in others {
+            self.table.ring(c, NEWS_RELEASE);
         }
     }
 
