@@ -666,6 +666,8 @@ impl Keeper {
                 }
             }
             self.table.leave(self.me);
+            // Threads at a gate sleep on the doorbell, not on their parkers.
+            self.table.ring(self.me, NEWS_RELEASE);
         }
         // Woken, they find the manager closed and give up.
         Self::wake(wake);
