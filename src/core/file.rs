@@ -572,6 +572,10 @@ impl Keeper {
 
     /// Every hold and waiter of every live client whose name starts with `prefix`.
     fn collect(&self, prefix: &str) -> Vec<Info> {
+        // A closed manager is no client any more: it neither asks nor answers.
+        if self.gates().closed {
+            return Vec::new();
+        }
         let mut out = self.local_infos(prefix);
         let t = &self.table;
         let mut asked = Vec::new();
@@ -791,16 +795,17 @@ impl FileClient {
         let k = &self.keeper;
         // ORDERING: SeqCst, read by the agent after its doorbell rings.
         k.stop.store(true, Ordering::SeqCst);
-        let handle = self.agent.lock().unwrap_or_else(|e| e.into_inner()).take();
+        // Once: after `close` stopped it, a drop touches nothing of the table.
+        let Some(handle) = self.agent.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
         if k.forked() {
             std::mem::forget(handle);
             return;
         }
         k.table.ring(k.me, NEWS_AGENT);
-        if let Some(h) = handle {
-            if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
-            }
+        if handle.thread().id() != std::thread::current().id() {
+            let _ = handle.join();
         }
     }
 
