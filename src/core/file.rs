@@ -572,10 +572,6 @@ impl Keeper {
 
     /// Every hold and waiter of every live client whose name starts with `prefix`.
     fn collect(&self, prefix: &str) -> Vec<Info> {
-        // A closed manager is no client any more: it neither asks nor answers.
-        if self.gates().closed {
-            return Vec::new();
-        }
         let mut out = self.local_infos(prefix);
         let t = &self.table;
         let mut asked = Vec::new();
