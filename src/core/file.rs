@@ -128,6 +128,29 @@ struct Keeper {
     /// The process generation the manager was made in (see `fork.rs`): a forked child
     /// shares the parent's description, so it must not touch the parent's locks.
     generation: u64,
+    /// The agent thread, until stopped.
+    agent: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Every manager's keeper, so that the agents can be stopped before the interpreter
+/// finalizes (`stop_agents`).
+static KEEPERS: Mutex<Vec<std::sync::Weak<Keeper>>> = Mutex::new(Vec::new());
+
+/// Stop every agent thread of this process (their managers' threads still get their
+/// locks; tasks that wait at a gate no longer do). The embedding calls it before it
+/// finalizes: an agent wakes tasks through their event loops, which needs the
+/// interpreter, and CPython ends a thread that takes its lock while it finalizes, which
+/// a thread that is no Python thread does not survive.
+pub fn stop_agents() {
+    let keepers: Vec<_> = KEEPERS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .drain(..)
+        .filter_map(|k| k.upgrade())
+        .collect();
+    for k in keepers {
+        k.stop_agent();
+    }
 }
 
 fn range(mode: Mode) -> Range {
@@ -144,6 +167,25 @@ impl Keeper {
 
     fn forked(&self) -> bool {
         super::fork::generation() != self.generation
+    }
+
+    /// Stop the agent (and wait for it, unless this is a forked child, where it does
+    /// not exist, or the agent itself).
+    fn stop_agent(&self) {
+        // ORDERING: SeqCst, read by the agent after its doorbell rings.
+        self.stop.store(true, Ordering::SeqCst);
+        // Once: after `close` stopped it, a drop touches nothing of the table.
+        let Some(handle) = self.agent.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        if self.forked() {
+            std::mem::forget(handle);
+            return;
+        }
+        self.table.ring(self.me, NEWS_AGENT);
+        if handle.thread().id() != std::thread::current().id() {
+            let _ = handle.join();
+        }
     }
 
     fn fail(&self, e: std::io::Error) {
@@ -754,7 +796,6 @@ fn decode(bytes: &[u8], pid: u32) -> Vec<Info> {
 pub struct FileClient {
     local: Arc<MemoryClient>,
     keeper: Arc<Keeper>,
-    agent: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl FileClient {
@@ -772,37 +813,23 @@ impl FileClient {
             stop: AtomicBool::new(false),
             broken: OnceLock::new(),
             generation: super::fork::generation(),
+            agent: Mutex::new(None),
         });
         let k = keeper.clone();
         let agent = std::thread::Builder::new()
             .name("ctxlock-file-agent".to_owned())
             .spawn(move || agent(k))
             .map_err(|e| format!("cannot start the lock agent thread: {e}"))?;
-        Ok(Arc::new(FileClient {
-            local,
-            keeper,
-            agent: Mutex::new(Some(agent)),
-        }))
+        *keeper.agent.lock().unwrap_or_else(|e| e.into_inner()) = Some(agent);
+        let mut keepers = KEEPERS.lock().unwrap_or_else(|e| e.into_inner());
+        keepers.retain(|k| k.strong_count() > 0);
+        keepers.push(Arc::downgrade(&keeper));
+        drop(keepers);
+        Ok(Arc::new(FileClient { local, keeper }))
     }
 
-    /// Stop the agent (and wait for it, unless this is a forked child, where it does
-    /// not exist).
     fn stop_agent(&self) {
-        let k = &self.keeper;
-        // ORDERING: SeqCst, read by the agent after its doorbell rings.
-        k.stop.store(true, Ordering::SeqCst);
-        // Once: after `close` stopped it, a drop touches nothing of the table.
-        let Some(handle) = self.agent.lock().unwrap_or_else(|e| e.into_inner()).take() else {
-            return;
-        };
-        if k.forked() {
-            std::mem::forget(handle);
-            return;
-        }
-        k.table.ring(k.me, NEWS_AGENT);
-        if handle.thread().id() != std::thread::current().id() {
-            let _ = handle.join();
-        }
+        self.keeper.stop_agent();
     }
 
     /// A local hold that entered the gate was given back locally: leave the gate.

@@ -66,3 +66,10 @@ fn file_scope(_path: &str) -> Result<Arc<dyn Session>, ConnectError> {
             .to_owned(),
     ))
 }
+
+/// Before the embedding's interpreter finalizes: stop the helper threads of every scope
+/// that has them (the file scope's agents; see `file::stop_agents`).
+pub fn before_exit() {
+    #[cfg(target_os = "linux")]
+    super::file::stop_agents();
+}

@@ -44,7 +44,19 @@ fn _ctxlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.py()
         .import("os")?
         .call_method("register_at_fork", (), Some(&kwargs))?;
+    // Callbacks run last-in first-out: this one after those registered once ctxlock
+    // was imported (which may still use the file scope).
+    m.py()
+        .import("atexit")?
+        .call_method1("register", (wrap_pyfunction!(before_exit, m)?,))?;
     Ok(())
+}
+
+/// Registered with `atexit`: stop the scopes' helper threads (see `core/scopes.rs`),
+/// without the GIL, which a helper may be waiting for.
+#[pyfunction]
+fn before_exit(py: Python<'_>) {
+    py.detach(crate::core::scopes::before_exit);
 }
 
 /// Install the hand-written entry points (`vectorcall.rs`); returns the names of those
