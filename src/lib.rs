@@ -31,7 +31,7 @@ pub use crate::core::deadline::{BadTimeout, Timeout};
 pub use crate::core::error::AcquireError;
 pub use crate::core::fork::after_fork_in_child;
 pub use crate::core::lock::{forever, Lock, LockView, SharableLock};
-/// Named locks of the in-process scope (`LockManager("memory:")` in Python).
+/// Named locks (`LockManager(url)` in Python): the contract, and the scopes by url.
 #[cfg(not(loom))]
 pub use crate::core::named::{
     as_task, check_name, Failure, Info, Key, Lost, NamedView, Session, Who, MAX_NAME_BYTES,
@@ -39,7 +39,7 @@ pub use crate::core::named::{
 pub use crate::core::park::Interrupt;
 pub use crate::core::raw::{Compete, Enqueued, Notify, RawLock, RawWaiter, Status};
 #[cfg(not(loom))]
-pub use crate::core::scopes::{connect, ConnectError, SCHEMES};
+pub use crate::core::scopes::{before_exit, connect, ConnectError, SCHEMES};
 pub use crate::core::unlock::Hold;
 pub use crate::core::wait::{ThreadWait, Wait, Woken};
 
