@@ -498,7 +498,7 @@ def test_a_broken_table_is_a_backend_error_at_construction(
         [sys.executable, "-c", textwrap.dedent(_OPEN_BROKEN), url],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=20,
         check=False,
     )
     assert proc.returncode == 0, f"status {proc.returncode}: {proc.stderr}"
