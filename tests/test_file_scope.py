@@ -484,27 +484,76 @@ BREAKS: dict[str, Callable[[bytearray], bytes]] = {
 }
 
 
-@pytest.mark.parametrize("how", list(BREAKS))
-def test_a_broken_table_is_a_backend_error_at_construction(
-    how: str, url: str, tmp_path: Path
-) -> None:
-    table = tmp_path / "locks" / TABLE
-    with LockManager(url) as mgr:
-        mgr.lock("a").acquire()()
-    data = bytearray(table.read_bytes())
-    assert len(data) > 128, len(data)
-    table.write_bytes(BREAKS[how](data))
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_OPEN_BROKEN), url],
+def _run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), *args],
         capture_output=True,
         text=True,
         timeout=20,
         check=False,
     )
-    assert proc.returncode == 0, f"status {proc.returncode}: {proc.stderr}"
-    assert proc.stdout.startswith("BackendError"), proc.stdout + proc.stderr
+
+
+def _assert_no_crash(proc: subprocess.CompletedProcess[str]) -> None:
+    assert proc.returncode == 0, f"status {proc.returncode}: {proc.stdout} {proc.stderr}"
     for bad in ("panicked", "Fatal Python error", "SystemError"):
         assert bad not in proc.stderr, proc.stderr
+
+
+_MAKE_TABLE = """
+import sys, ctxlock
+with ctxlock.LockManager(sys.argv[1]) as mgr:
+    mgr.lock("a").acquire()()
+"""
+
+
+@pytest.mark.parametrize("how", list(BREAKS))
+def test_a_broken_table_is_a_backend_error_at_construction(
+    how: str, url: str, tmp_path: Path
+) -> None:
+    # The table is made (and its manager closed) in one process, broken, then opened in
+    # another: this process never maps it, so whatever happens stays in the children.
+    table = tmp_path / "locks" / TABLE
+    _assert_no_crash(_run(_MAKE_TABLE, url))
+    data = bytearray(table.read_bytes())
+    assert len(data) > 128, len(data)
+    table.write_bytes(BREAKS[how](data))
+    proc = _run(_OPEN_BROKEN, url)
+    _assert_no_crash(proc)
+    assert proc.stdout.startswith("BackendError"), proc.stdout + proc.stderr
+    assert str(table.parent) in proc.stdout, proc.stdout
+
+
+_BREAK_UNDER_A_CLOSED_MANAGER = """
+import gc, sys, ctxlock
+url, table, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+mgr = ctxlock.LockManager(url)
+lock = mgr.lock("a")
+lock.acquire()()
+mgr.close()
+with open(table, "r+b") as f:
+    f.truncate(size)
+try:
+    ctxlock.LockManager(url)
+except ctxlock.BackendError:
+    print("BackendError", flush=True)
+# The closed manager and its lock go now, after the table was broken.
+del mgr, lock
+gc.collect()
+print("dropped", flush=True)
+"""
+
+
+@pytest.mark.parametrize("size", [10, 4096], ids=["to-10-bytes", "to-one-page"])
+def test_a_closed_manager_outlives_its_table_being_truncated(
+    size: int, url: str, tmp_path: Path
+) -> None:
+    # A process that used the scope and closed its manager is done with the table: another
+    # program breaking the file afterwards must not crash it (a mapping kept past close()
+    # and touched when the manager is freed would be a SIGBUS).
+    proc = _run(_BREAK_UNDER_A_CLOSED_MANAGER, url, str(tmp_path / "locks" / TABLE), str(size))
+    _assert_no_crash(proc)
+    assert proc.stdout.split() == ["BackendError", "dropped"], proc.stdout + proc.stderr
 
 
 # --- the contract of every scope, on this one ---------------------------------------------------
