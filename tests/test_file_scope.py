@@ -904,6 +904,8 @@ def test_shared_holds_of_processes_overlap_and_keep_a_writer_out(
             writer.send("acquire", "w", "rw", which, 0.05)
             writer.expect("error", "w", "LockTimeout")
         assert mgr.lock("rw").try_acquire() is None
+        with pytest.raises(WouldBlock):
+            mgr.sharable_lock("rw").exclusive.acquire(blocking=False)
         first.release("r")
         writer.send("try", "w", "rw", "exclusive")
         writer.expect("none", "w")
