@@ -987,6 +987,142 @@ def test_killing_a_process_ends_its_holds_and_its_waits(
         fresh_free(url, name)
 
 
+def test_killing_one_of_two_readers_keeps_the_writer_out_until_the_other_leaves(
+    url: str, repls: Callable[[], Repl]
+) -> None:
+    doomed, survivor = repls(), repls()
+    doomed.acquire("r", "kr", "shared")
+    survivor.acquire("r", "kr", "shared")
+    with LockManager(url) as mgr:
+        join, result = _wait_in_thread(mgr.lock("kr"), deadline=PATIENCE * 2)
+        assert contract.waiting(mgr.lock("kr"))
+        doomed.kill()
+        assert wait_until(lambda: mgr.sharable_lock("kr").statistics().holders == 1, 1.0)
+        assert result == [], "the writer got in while a reader still held"
+        released_at = time.monotonic()
+        survivor.release("r")
+        got_at, unlock = join()
+        assert isinstance(unlock, Unlock), unlock
+        assert got_at - released_at < 1.0, got_at - released_at
+        unlock()
+    fresh_free(url, "kr")
+
+
+_CHURN = r"""
+import os, sys, ctxlock
+url, marker = sys.argv[1], sys.argv[2]
+mgr = ctxlock.LockManager(url)
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+print("ready", flush=True)
+i = 0
+while True:
+    i += 1
+    which = ("lock", "exclusive", "shared")[i % 3]
+    lock = mgr.lock("churn") if which == "lock" else getattr(mgr.sharable_lock("churn"), which)
+    try:
+        unlock = lock.acquire(deadline=5)
+    except ctxlock.LockTimeout:
+        print("stuck", i, flush=True)
+        sys.exit(3)
+    if which != "shared":
+        try:
+            os.symlink(str(os.getpid()), marker)  # made at once with its owner's pid in it
+        except FileExistsError:
+            owner = int(os.readlink(marker))
+            if alive(owner):
+                print("overlap", i, owner, flush=True)
+                sys.exit(4)
+            os.unlink(marker)  # left by a process killed inside its hold
+            os.symlink(str(os.getpid()), marker)
+        os.unlink(marker)
+    unlock()
+    if i == 200:
+        print("running", flush=True)
+"""
+
+
+def test_processes_killed_at_any_moment_never_wedge_a_name(
+    url: str, tmp_path: Path, children: Callable[..., Child]
+) -> None:
+    # Three processes churn on one name in every mode; one of them is killed at a random
+    # moment (while it holds, waits, or is between the two), a new one takes its place, ten
+    # times. The others go on; afterwards the name is free and nobody is queued on it.
+    marker = tmp_path / "inside"
+    rng = random.Random(3)
+
+    def start() -> Child:
+        child = children(_CHURN, url, str(marker))
+        child.expect("ready", timeout=PATIENCE * 2)
+        child.expect("running", timeout=PATIENCE * 2)
+        return child
+
+    procs = [start() for _ in range(3)]
+    for _ in range(10):
+        time.sleep(rng.uniform(0, 0.05))  # a random moment to kill one, not a handshake
+        victim = procs.pop(rng.randrange(len(procs)))
+        victim.kill()  # a marker it leaves behind is cleared by the next exclusive holder
+        procs.append(start())
+        for child in procs:
+            assert child.proc.poll() is None, (child.proc.returncode, child.stderr)
+    for child in procs:
+        child.kill()
+    with contextlib.suppress(FileNotFoundError):
+        marker.unlink()
+    # Every process is dead and reaped: within a second each mode can be taken, by a
+    # waiting acquire and by one that does not wait.
+    with LockManager(url) as mgr:
+        for which in contract.VIEWS:
+            try:
+                view(mgr, "churn", which).acquire(deadline=1.0)()
+            except LockTimeout:
+                stats = mgr.sharable_lock("churn").statistics()
+                pytest.fail(f"{which} still blocked after every process died: {stats}")
+
+            def takeable(which: str = which) -> bool:
+                unlock = view(mgr, "churn", which).try_acquire()
+                if unlock is None:
+                    return False
+                unlock()
+                return True
+
+            assert wait_until(takeable, 1.0), (
+                f"{which}: try_acquire() fails a second after every process died, though "
+                f"{mgr.sharable_lock('churn').statistics()} and query() is {mgr.query()}"
+            )
+        assert mgr.query("churn") == []
+    fresh_free(url, "churn")
+
+
+def test_many_names_of_two_processes_do_not_collide(url: str, repls: Callable[[], Repl]) -> None:
+    # The table is fixed and names share its slots: no name's hold may block another's.
+    child = repls()
+    n = 300
+    for i in range(n):
+        child.send("acquire", f"c{i}", f"c-{i}", "lock" if i % 2 else "shared", 0)
+    for i in range(n):
+        child.expect("held", f"c{i}")
+    with LockManager(url) as mgr:
+        mine = [mgr.lock(f"p-{i}").acquire(deadline=0) for i in range(n)]
+        for i in range(n):
+            assert mgr.lock(f"c-{i}").try_acquire() is None, f"c-{i}"
+        assert len(mgr.query("c-")) == n
+        assert len(mgr.query("p-")) == n
+        for unlock in mine:
+            unlock()
+    child.send("exit")
+    child.expect("bye")
+    assert child.finish() == 0
+    with LockManager(url) as mgr:
+        assert mgr.query() == []
+
+
 def test_a_killed_waiting_writer_does_not_hold_readers_back(
     url: str, repls: Callable[[], Repl]
 ) -> None:
