@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import gc
 import itertools
 import json
@@ -136,7 +137,7 @@ def acquire(key, name, which, deadline, token=None):
         out("error", key, type(exc).__name__)
     else:
         holds[key] = unlock
-        out("held", key, unlock.fence)
+        out("held", key, unlock.fence, threading.get_ident())
 
 out("ready", os.getpid())
 for line in sys.stdin:
@@ -780,6 +781,31 @@ def test_named_locks_of_a_file_scope_pickle(url: str) -> None:
             assert pickle.loads(pickle.dumps(rw)).shared.try_acquire() is None
 
 
+def test_a_copy_of_a_file_scope_lock_is_another_client_of_it(url: str) -> None:
+    with LockManager(url) as mgr:
+        lock, rw = mgr.lock("p:c"), mgr.sharable_lock("p:c")
+        for copied in (copy.copy(lock), copy.deepcopy(lock)):
+            assert isinstance(copied, NamedLock)
+            assert (copied.name, copied.mode, copied.manager.url) == ("p:c", "exclusive", url)
+            with lock:
+                contract.assert_taken(copied)
+            with copied:
+                contract.assert_taken(lock)
+                assert copy.copy(rw).shared.try_acquire() is None
+
+
+def test_a_lock_of_a_closed_manager_still_pickles_and_names_the_lock(url: str) -> None:
+    mgr = LockManager(url)
+    lock = mgr.lock("p:d")
+    mgr.close()
+    again = pickle.loads(pickle.dumps(lock))
+    assert not again.manager.closed
+    with again:
+        with LockManager(url) as other:
+            contract.assert_taken(other.lock("p:d"))
+    fresh_free(url, "p:d")
+
+
 def test_memory_scope_locks_still_refuse_pickling() -> None:
     with LockManager("memory:") as mgr:
         for obj in (mgr.lock("a"), mgr.sharable_lock("b")):
@@ -1405,25 +1431,33 @@ def test_query_lists_the_holds_and_waits_of_another_process(
         assert mgr.query("q:") == []
 
 
-def test_query_from_another_process_names_the_thread(url: str, repls: Callable[[], Repl]) -> None:
-    # The owner is "host:pid" with the thread's name, whichever process asks.
+def test_query_from_another_process_tells_the_thread_apart(
+    url: str, repls: Callable[[], Repl]
+) -> None:
+    # The owner is "host:pid" and the thread: from another process, its id (the README:
+    # thread names are known in-process only), so two threads of one process differ.
     child = repls()
     with LockManager(url) as mgr:
         held = mgr.lock("t:a").acquire()
-        child.send("wait", "w", "t:a", "lock", 30)  # the child's thread "waiter-w"
+        child.send("acquire", "m", "t:m", "lock", PATIENCE)  # in the child's main thread
+        main_ident = child.expect("held", "m")[3]
+        child.send("wait", "w", "t:a", "lock", 30)  # waits in a thread of its own
         child.expect("waiting", "w")
         assert contract.waiting(mgr.lock("t:a"))
         try:
-            owners = {i.state: i.owner for i in mgr.query("t:")}
-            assert f"{HOST}:{child.pid}" in owners["waiting"], owners
-            assert "waiter-w" in owners["waiting"], owners
+            waiting_owner = {i.state: i.owner for i in mgr.query("t:a")}["waiting"]
         finally:
             held()
-        child.expect("held", "w")
-        owners = {i.state: i.owner for i in mgr.query("t:")}
-        assert f"{HOST}:{child.pid}" in owners["held"], owners
-        assert "waiter-w" in owners["held"], owners
+        waiter_ident = child.expect("held", "w")[3]
+        owners = {(i.name, i.state): i.owner for i in mgr.query("t:")}
+        for owner in owners.values():
+            assert owner.startswith(f"{HOST}:{child.pid}"), owners
+        assert waiter_ident in owners[("t:a", "held")], (waiter_ident, owners)
+        assert waiter_ident in waiting_owner, (waiter_ident, waiting_owner)
+        assert owners[("t:a", "held")] != owners[("t:m", "held")], owners
+        assert main_ident in owners[("t:m", "held")], (main_ident, owners)
         child.release("w")
+        child.release("m")
 
 
 def test_statistics_count_the_holds_and_waits_of_other_processes(
