@@ -1637,6 +1637,110 @@ def test_a_process_may_exit_without_closing_its_managers(
     fresh_free(url, "x")
 
 
+def test_unlock_returns_once_another_process_can_take_the_name(
+    url: str, repls: Callable[[], Repl]
+) -> None:
+    # Right after unlock() returns here, the other process's one try gets the name: every
+    # time, both ways.
+    child = repls()
+    with LockManager(url) as mgr:
+        for i in range(100):
+            which = contract.VIEWS[i % 3]
+            view(mgr, "u", which).acquire(deadline=PATIENCE)()
+            child.send("try", "t", "u", "lock" if i % 2 else "exclusive")
+            child.expect("held", "t")
+            child.release("t")
+            view(mgr, "u", which).acquire(deadline=0)()
+    fresh_free(url, "u")
+
+
+_OPEN_MANY = """
+import os, sys, ctxlock
+url, count = sys.argv[1], int(sys.argv[2])
+managers = []
+try:
+    for _ in range(count):
+        managers.append(ctxlock.LockManager(url))
+except ctxlock.BackendError as exc:
+    print("refused", len(managers), repr(exc.reason), flush=True)
+else:
+    print("opened", len(managers), flush=True)
+for i, mgr in enumerate(managers):
+    mgr.lock(f"m-{i}").acquire()()
+if sys.argv[3] == "wait":
+    sys.stdin.readline()  # killed here
+for mgr in managers:
+    mgr.close()
+print("closed", flush=True)
+"""
+
+
+def test_the_places_of_a_killed_process_s_managers_are_taken_back(
+    url: str, children: Callable[..., Child]
+) -> None:
+    # Two processes open 100 managers each and die by SIGKILL; the table's places for
+    # managers (128) must come back, or this process could open none.
+    for _ in range(2):
+        child = children(_OPEN_MANY, url, "100", "wait")
+        child.expect("opened", "100", timeout=PATIENCE * 4)
+        child.kill()
+    made: list[LockManager] = []
+    try:
+        for i in range(100):
+            try:
+                made.append(LockManager(url))
+            except BackendError as exc:
+                pytest.fail(f"manager {i} refused after the killed ones: {exc.reason}")
+        for i, mgr in enumerate(made):
+            mgr.lock(f"m-{i}").acquire(deadline=PATIENCE)()
+    finally:
+        for mgr in made:
+            mgr.close()
+
+
+def test_too_many_managers_on_one_directory_is_a_backend_error_not_a_crash(url: str) -> None:
+    proc = _run(_OPEN_MANY, url, "200", "close")
+    _assert_no_crash(proc)
+    first = proc.stdout.split("\n")[0].split()
+    assert first[0] in ("opened", "refused"), proc.stdout
+    assert int(first[1]) >= 128, proc.stdout
+    assert "closed" in proc.stdout
+    # All closed: as many can be opened again.
+    proc = _run(_OPEN_MANY, url, "128", "close")
+    _assert_no_crash(proc)
+    assert proc.stdout.split()[:2] == ["opened", "128"], proc.stdout
+
+
+_POOL_COUNTER_ROUNDS = 20
+
+
+def _pool_increment(args: tuple[NamedLock, str]) -> int:
+    """In a pool worker: add _POOL_COUNTER_ROUNDS to the counter file under the lock."""
+    lock, path = args
+    for _ in range(_POOL_COUNTER_ROUNDS):
+        with lock.acquire(deadline=20):
+            with open(path) as f:
+                value = int(f.read())
+            with open(path, "w") as f:
+                f.write(str(value + 1))
+    return os.getpid()
+
+
+def test_a_pickled_lock_excludes_across_a_spawned_pool(url: str, tmp_path: Path) -> None:
+    counter = tmp_path / "counter"
+    counter.write_text("0")
+    ctx = multiprocessing.get_context("spawn")
+    with LockManager(url) as mgr:
+        lock = mgr.lock("pool")
+        with ctx.Pool(3) as pool:
+            result = pool.map_async(_pool_increment, [(lock, str(counter))] * 12)
+            pids = result.get(timeout=60)
+        pool.join()
+    assert len(pids) == 12
+    assert int(counter.read_text()) == 12 * _POOL_COUNTER_ROUNDS
+    fresh_free(url, "pool")
+
+
 _FAIR = r"""
 import json, sys, threading, time, ctxlock
 url, seconds = sys.argv[1], float(sys.argv[2])
