@@ -1126,6 +1126,50 @@ def test_processes_killed_at_any_moment_never_wedge_a_name(
     fresh_free(url, "churn")
 
 
+@pytest.mark.parametrize(
+    ("held", "other"),
+    [
+        ("x" * 1023 + "a", "x" * 1023 + "b"),
+        ("é" * 511 + "a", "é" * 511 + "b"),
+        ("a", "a\0b"),
+        ("a\0b", "a\0c"),
+        ("🔒" * 256, "🔒" * 255),
+        ("A", "a"),
+    ],
+    ids=[
+        "1024-bytes-last-differs",
+        "utf8-last-differs",
+        "nul-suffix",
+        "after-nul",
+        "4-byte",
+        "case",
+    ],
+)
+def test_names_that_differ_anywhere_are_different_locks(
+    held: str, other: str, url: str, repls: Callable[[], Repl], managers: Managers
+) -> None:
+    mgr, second = managers(2)
+    with mgr.lock(held):
+        theirs = second.lock(other).try_acquire()
+        assert theirs is not None, f"{other!r} was taken while only {held!r} was held"
+        theirs()
+        contract.assert_taken(second.lock(held))
+        (info,) = second.query(held)
+        assert info.name == held
+        assert [i.name for i in second.query(other)] == ([held] if held.startswith(other) else [])
+    # Across processes too (the child takes the names through its argv-less commands, so
+    # only names without whitespace or NUL go there).
+    if not any(c.isspace() or c == "\0" for c in held + other):
+        child = repls()
+        child.acquire("h", held)
+        assert mgr.lock(other).acquire(deadline=0)() is None
+        contract.assert_taken(mgr.lock(held))
+        assert [i.name for i in mgr.query(held)] == [held]
+        child.release("h")
+    fresh_free(url, held)
+    fresh_free(url, other)
+
+
 def test_many_names_of_two_processes_do_not_collide(url: str, repls: Callable[[], Repl]) -> None:
     # The table is fixed and names share its slots: no name's hold may block another's.
     child = repls()
