@@ -1234,7 +1234,7 @@ while not stop.is_set():
             overlaps += 1
         else:
             os.close(fd)
-            for _ in range(rng.randrange(20000)):  # holds for up to about 0.5 ms
+            for _ in range(rng.randrange(40000)):  # holds for up to about 1 ms
                 pass
             os.unlink(marker)
         holds += 1
@@ -1291,6 +1291,10 @@ def test_cancel_and_deadline_races_against_another_process_leave_nothing_held(
                         os.close(fd)
                         os.unlink(marker)
                     unlock()
+                # Out of the lock a while, so the child takes it between our tries.
+                pause = time.perf_counter() + rng.uniform(0, 0.0005)
+                while time.perf_counter() < pause:
+                    pass
                 if time.monotonic() > end:
                     break
     finally:
