@@ -1798,6 +1798,85 @@ def test_a_pickled_lock_excludes_across_a_spawned_pool(url: str, tmp_path: Path)
     fresh_free(url, "pool")
 
 
+@pytest.mark.asyncio
+@pytest.mark.parametrize("how", ["task.cancel", "asyncio.wait_for"])
+async def test_a_cancelled_task_waiting_on_another_process_holds_nothing(
+    how: str, url: str, repls: Callable[[], Repl]
+) -> None:
+    child = repls()
+    child.acquire("h", "tc", "lock")
+    with LockManager(url) as mgr:
+        lock = mgr.lock("tc")
+        if how == "task.cancel":
+            task = asyncio.ensure_future(lock.acquire_async(deadline=PATIENCE * 2))
+            assert await contract.until(lambda: lock.statistics().waiting == 1)
+            cancelled_at = time.monotonic()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await contract.bounded(task)
+        else:
+            cancelled_at = time.monotonic() + 0.1
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(lock.acquire_async(), 0.1)
+        took = time.monotonic() - cancelled_at
+        assert took < 0.5, f"the task ended {took:.3f} s after it was cancelled"
+        assert await contract.until(lambda: lock.statistics().waiting == 0)
+        assert [i.state for i in mgr.query("tc")] == ["held"]
+        child.release("h")
+        # The name is free at once: the cancelled wait left nothing behind.
+        lock.acquire(deadline=0)()
+    fresh_free(url, "tc")
+
+
+def test_unlock_on_cancel_hands_the_name_to_another_process(
+    url: str, repls: Callable[[], Repl]
+) -> None:
+    child = repls()
+    with LockManager(url) as mgr:
+        unlock = mgr.lock("uc").acquire()
+        token = CancelToken()
+        unlock.unlock_on_cancel(token)
+        child.send("wait", "w", "uc", "lock", PATIENCE * 2)
+        child.expect("waiting", "w")
+        assert contract.waiting(mgr.lock("uc"))
+        token.cancel("time to go")
+        assert unlock.released
+        child.expect("held", "w", timeout=1.0)
+        contract.assert_taken(mgr.lock("uc"))
+        assert not unlock.lost.cancelled
+        child.release("w")
+    fresh_free(url, "uc")
+
+
+def test_closing_a_manager_hands_its_holds_to_another_process(
+    url: str, repls: Callable[[], Repl]
+) -> None:
+    child = repls()
+    mgr = LockManager(url)
+    unlock = mgr.lock("cl").acquire()
+    reader = mgr.sharable_lock("cr").shared.acquire()
+    child.send("wait", "w", "cl", "lock", PATIENCE * 2)
+    child.expect("waiting", "w")
+    child.send("wait", "x", "cr", "exclusive", PATIENCE * 2)
+    child.expect("waiting", "x")
+    with LockManager(url) as other:
+        assert contract.waiting(other.lock("cl"))
+        assert contract.waiting(other.lock("cr"))
+        mgr.close()
+        assert unlock.lost.cancelled and reader.lost.cancelled
+        got = {child.expect("held", timeout=1.0)[1], child.expect("held", timeout=1.0)[1]}
+        assert got == {"w", "x"}
+        contract.assert_taken(other.lock("cl"))
+        contract.assert_taken(other.lock("cr"))
+        unlock()  # a lost hold's unlock releases nothing of the child's
+        reader()
+        contract.assert_taken(other.lock("cl"))
+        child.release("w")
+        child.release("x")
+    fresh_free(url, "cl")
+    fresh_free(url, "cr")
+
+
 _FAIR = r"""
 import json, sys, threading, time, ctxlock
 url, seconds = sys.argv[1], float(sys.argv[2])
