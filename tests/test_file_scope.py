@@ -1193,6 +1193,39 @@ def test_many_names_of_two_processes_do_not_collide(url: str, repls: Callable[[]
         assert mgr.query() == []
 
 
+@pytest.mark.parametrize("waiters", [1, 3])
+def test_waiters_killed_while_waiting_get_no_turns(
+    waiters: int, url: str, repls: Callable[[], Repl]
+) -> None:
+    # Processes wait for a name this one holds and die waiting. Once nobody is counted as
+    # waiting, the name is free after each release: a try (or deadline=0) gets it at once,
+    # from any manager, every time.
+    kids = [repls() for _ in range(waiters)]
+    with LockManager(url) as mgr, LockManager(url) as other:
+        held = mgr.lock("z").acquire()
+        for i, child in enumerate(kids):
+            child.send("wait", "w", "z", contract.VIEWS[i % 3], 30)
+            child.expect("waiting", "w")
+        assert contract.waiting(mgr.lock("z"), waiters)
+        for child in kids:
+            child.kill()
+        assert wait_until(lambda: mgr.lock("z").statistics().waiting == 0, 1.0), mgr.query()
+        held()
+        failures = []
+        for i in range(20):
+            for client, which in ((mgr, "lock"), (other, "exclusive"), (mgr, "shared")):
+                unlock = view(client, "z", which).try_acquire()
+                if unlock is None:
+                    failures.append((i, which, client is mgr))
+                else:
+                    unlock()
+        assert failures == [], (
+            f"{len(failures)} of 60 tries failed on a free name whose waiters died "
+            f"(round, view, through the manager that held): {failures[:6]}"
+        )
+    fresh_free(url, "z")
+
+
 def test_a_killed_waiting_writer_does_not_hold_readers_back(
     url: str, repls: Callable[[], Repl]
 ) -> None:
