@@ -1126,6 +1126,39 @@ def test_processes_killed_at_any_moment_never_wedge_a_name(
     fresh_free(url, "churn")
 
 
+#: Names held, waited for or cached at once in one directory (README, "Limits").
+TABLE_NAMES = 4096
+
+
+def test_a_full_table_makes_a_new_name_wait_for_a_slot(url: str, managers: Managers) -> None:
+    mgr, other = managers(2)
+    held: list[Unlock] = []
+    try:
+        for i in range(TABLE_NAMES):
+            held.append(mgr.lock(f"full-{i}").acquire(deadline=PATIENCE))
+    except LockTimeout:
+        pytest.fail(f"only {len(held)} names could be held at once")
+    try:
+        # Every held name is still excluded; a new name waits for a slot.
+        for i in range(0, TABLE_NAMES, 37):
+            assert other.lock(f"full-{i}").try_acquire() is None, i
+        with pytest.raises(LockTimeout):
+            other.lock("one-more").acquire(deadline=0.2)
+        join, _ = _wait_in_thread(other.lock("one-more"), deadline=PATIENCE)
+        time.sleep(0.05)  # most likely waiting by now (not seen queued: it has no slot)
+        released_at = time.monotonic()
+        held.pop()()
+        got_at, unlock = join()
+        assert isinstance(unlock, Unlock), unlock
+        assert got_at - released_at < 1.0, got_at - released_at
+        contract.assert_taken(mgr.lock("one-more"))
+        unlock()
+    finally:
+        for u in held:
+            u()
+    assert mgr.query("full-") == []
+
+
 @pytest.mark.parametrize(
     ("held", "other"),
     [
