@@ -16,7 +16,9 @@ list read ``KINDS``; the model-based and stress tests (``test_state_machine.py``
 
 from __future__ import annotations
 
+import atexit
 import itertools
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -136,7 +138,15 @@ def _file_manager() -> LockManager:
     on a directory of its own (a manager is a client of the directory, with its own agent
     thread; the cross-process tests make the others)."""
     if not _file_managers:
-        _file_managers.append(LockManager(f"file://{tempfile.mkdtemp(prefix='ctxlock-kinds-')}"))
+        directory = tempfile.mkdtemp(prefix="ctxlock-kinds-")
+        manager = LockManager(f"file://{directory}")
+        _file_managers.append(manager)
+
+        def remove() -> None:
+            manager.close()
+            shutil.rmtree(directory, ignore_errors=True)
+
+        atexit.register(remove)
     return _file_managers[0]
 
 
