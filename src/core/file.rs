@@ -14,12 +14,15 @@
 //!   once one waits, at most `MAX_HANDOFFS` more times and for `MAX_KEEP`).
 //!
 //! A local holder that cannot enter the gate at once (another client holds the name)
-//! leaves a *ticket*: the manager's agent thread takes the kernel hold for it when the
-//! holder's release rings the manager's doorbell (a futex word in the table), then wakes
-//! it the way every waiter is woken (`Notify`), so that a thread's or a task's wait,
-//! deadline and cancellation are the in-process ones. A killed holder rings nothing: an
-//! agent with tickets also tries again every `CRASH_CHECK`, which is how a waiter
-//! notices the kernel freed a dead holder's lock.
+//! leaves a *ticket*, and a release of the name by another client rings the manager's
+//! doorbell (a futex word in the table). A blocked thread sleeps on the doorbell and
+//! takes the kernel hold itself when rung (`FileWaiter::park`); a task's ticket is taken
+//! up by the manager's agent thread, which then wakes the task the way every waiter is
+//! woken (`Notify`). Either way the wait, its deadline and its cancellation are the
+//! in-process ones. A killed holder rings nothing: a thread at the gate, and an agent
+//! with tickets, also try again every `CRASH_CHECK`, which is how a waiter notices that
+//! the kernel freed a dead holder's lock (and how soon a sleeping thread sees its token
+//! cancelled, at the latest).
 //!
 //! Fairness between clients: a release with other clients waiting gives the next of them
 //! (round robin) the turn, and the others leave the name to it for a few milliseconds.
