@@ -611,6 +611,8 @@ impl Keeper {
         me.records_len.store(len as u32, Ordering::Relaxed);
         me.records_version
             .store((v | 1).wrapping_add(1), Ordering::Release);
+        // ORDERING: SeqCst with the asker's load; the records came before it (Release
+        // above), so an asker that sees `asked` done reads this answer or a later one.
         me.query_done.store(asked, Ordering::SeqCst);
         futex_wake(&me.query_done, NEWS_ALL);
     }

@@ -577,6 +577,9 @@ impl Table {
 
     /// The clients (other than `me`) that may wait for slot `s`.
     pub fn waiting(&self, s: usize, me: usize) -> Vec<usize> {
+        // ORDERING: the caller's release (a system call, or the kernel lock given back)
+        // comes before these loads, as a waiter's bit comes before its first try (the
+        // Dekker pairing of `mark_waiting`).
         fence(Ordering::SeqCst);
         let mut out = Vec::new();
         for (i, word) in self.slot(s).waiting.iter().enumerate() {
