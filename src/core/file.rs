@@ -497,12 +497,18 @@ impl Keeper {
                 }
                 return None;
             }
-            let turn = g.slot.and_then(|s| k.table.not_my_turn(s, k.me));
-            Some(turn.map_or(CRASH_CHECK, |ms| {
-                CRASH_CHECK.min(Duration::from_millis(ms.max(1)))
-            }))
+            Some(k.retry_in(g))
         })
         .flatten()
+    }
+
+    /// How long a ticket of `g` that could not enter may wait before trying again when
+    /// no ring comes: until another client's turn runs out, `CRASH_CHECK` at most.
+    fn retry_in(&self, g: &Gate) -> Duration {
+        let turn = g.slot.and_then(|s| self.table.not_my_turn(s, self.me));
+        turn.map_or(CRASH_CHECK, |ms| {
+            CRASH_CHECK.min(Duration::from_millis(ms.max(1)))
+        })
     }
 
     /// Take a ticket back (its holder gives up). False if it was granted first: its
@@ -553,10 +559,7 @@ impl Keeper {
                     self.grant(g, |t| !t.own, &mut wake);
                     continue;
                 }
-                let mut wait = CRASH_CHECK;
-                if let Some(ms) = g.slot.and_then(|s| self.table.not_my_turn(s, self.me)) {
-                    wait = wait.min(Duration::from_millis(ms.max(1)));
-                }
+                let wait = self.retry_in(g);
                 next = Some(next.map_or(wait, |n| n.min(wait)));
             }
         }
@@ -799,7 +802,6 @@ fn decode(bytes: &[u8], pid: u32) -> Vec<Info> {
 
 /// A manager of the file scope: one client of the directory's locks.
 pub struct FileClient {
-    local: Arc<MemoryClient>,
     keeper: Arc<Keeper>,
 }
 
@@ -813,7 +815,7 @@ impl FileClient {
         let keeper = Arc::new(Keeper {
             table,
             me,
-            local: local.clone(),
+            local,
             gates: Mutex::new(Gates::default()),
             stop: AtomicBool::new(false),
             broken: OnceLock::new(),
@@ -830,24 +832,20 @@ impl FileClient {
         keepers.retain(|k| k.strong_count() > 0);
         keepers.push(Arc::downgrade(&keeper));
         drop(keepers);
-        Ok(Arc::new(FileClient { local, keeper }))
+        Ok(Arc::new(FileClient { keeper }))
     }
 
-    fn stop_agent(&self) {
-        self.keeper.stop_agent();
-    }
-
-    /// A local hold that entered the gate was given back locally: leave the gate.
-    fn left(&self, key: &Key) {
-        self.keeper.leave(key);
+    /// The manager's own threads and tasks: its private in-process scope.
+    fn local(&self) -> &Arc<MemoryClient> {
+        &self.keeper.local
     }
 
     /// Take up a hold just taken (locally and at the gate): record it, or give it back.
     fn take_up(&self, key: &Key, mode: Mode, scoped: bool, who: Who) -> Result<u64, Failure> {
-        let r = self.local.record(key, mode, scoped, who);
+        let r = self.local().record(key, mode, scoped, who);
         if r.is_err() {
             // The record gave the local hold back already.
-            self.left(key);
+            self.keeper.leave(key);
         }
         r
     }
@@ -855,7 +853,7 @@ impl FileClient {
 
 impl Drop for FileClient {
     fn drop(&mut self) {
-        self.stop_agent();
+        self.keeper.stop_agent();
     }
 }
 
@@ -919,9 +917,23 @@ impl Waiting {
         Stage::Gate(k.register(&self.key, self.mode, self.notify.clone(), self.who.clone()))
     }
 
+    /// Where the wait stands once the local scope says `local`: a local grant goes on to
+    /// the gate (entered, or a ticket left there).
+    fn after_local(&self, stage: &mut Stage, local: Status) -> Status {
+        if local != Status::Granted {
+            return local;
+        }
+        *stage = self.at_gate();
+        if matches!(*stage, Stage::Held) {
+            Status::Granted
+        } else {
+            Status::Waiting
+        }
+    }
+
     /// Give back a local hold that never entered the gate.
     fn give_back(&self) {
-        self.client.local.unlock(&self.key, self.mode);
+        self.client.local().unlock(&self.key, self.mode);
         self.client.keeper.settle_key(&self.key);
     }
 
@@ -933,15 +945,15 @@ impl Waiting {
                 *woken = true;
                 false
             }
-            Stage::Local(w) => match w.status() {
-                Status::Granted => {
-                    *stage = self.at_gate();
-                    matches!(*stage, Stage::Held)
+            Stage::Local(w) => {
+                let local = w.status();
+                match self.after_local(&mut stage, local) {
+                    Status::Granted | Status::Retry => true,
+                    // Still waiting (locally or at the gate): woken only if its manager
+                    // closed (or failed) meanwhile.
+                    Status::Waiting => self.client.failure().is_some(),
                 }
-                Status::Retry => true,
-                // Woken while waiting: its manager closed (or failed).
-                Status::Waiting => self.client.failure().is_some(),
-            },
+            }
             _ => false,
         };
         drop(stage);
@@ -956,17 +968,10 @@ impl RawWaiter for FileWaiter {
         let w = &self.0;
         let mut stage = w.stage();
         match &*stage {
-            Stage::Local(local) => match local.status() {
-                Status::Granted => {
-                    *stage = w.at_gate();
-                    if matches!(*stage, Stage::Held) {
-                        Status::Granted
-                    } else {
-                        Status::Waiting
-                    }
-                }
-                s => s,
-            },
+            Stage::Local(local) => {
+                let local = local.status();
+                w.after_local(&mut stage, local)
+            }
             Stage::Gate(Some(t)) => {
                 // ORDERING: pairs with the Release store in `grant_all`.
                 if t.granted.load(Ordering::Acquire) {
@@ -1056,13 +1061,13 @@ impl RawWaiter for FileWaiter {
 
 impl Session for FileClient {
     fn try_lock(&self, key: &Key, mode: Mode) -> bool {
-        if !self.local.try_lock(key, mode) {
+        if !self.local().try_lock(key, mode) {
             return false;
         }
         if self.keeper.enter_now(key, mode) {
             return true;
         }
-        self.local.unlock(key, mode);
+        self.local().unlock(key, mode);
         self.keeper.settle_key(key);
         false
     }
@@ -1075,9 +1080,9 @@ impl Session for FileClient {
     }
 
     fn unlock(&self, key: &Key, mode: Mode) -> bool {
-        let released = self.local.unlock(key, mode);
+        let released = self.local().unlock(key, mode);
         if released {
-            self.left(key);
+            self.keeper.leave(key);
         }
         released
     }
@@ -1104,7 +1109,11 @@ impl Session for FileClient {
                 Arc::downgrade(&waiting),
             )))),
         };
-        match self.local.clone().enqueue(key, mode, local_notify, compete) {
+        match self
+            .local()
+            .clone()
+            .enqueue(key, mode, local_notify, compete)
+        {
             Enqueued::Queued(local) => {
                 let woken = {
                     let mut stage = waiting.stage();
@@ -1132,23 +1141,23 @@ impl Session for FileClient {
     }
 
     fn release(&self, key: &Key, mode: Mode, fence: u64) -> bool {
-        let released = self.local.release(key, mode, fence);
+        let released = self.local().release(key, mode, fence);
         if released {
-            self.left(key);
+            self.keeper.leave(key);
         }
         released
     }
 
     fn release_scoped(&self, key: &Key, mode: Mode, who: &Who) -> bool {
-        let released = self.local.release_scoped(key, mode, who);
+        let released = self.local().release_scoped(key, mode, who);
         if released {
-            self.left(key);
+            self.keeper.leave(key);
         }
         released
     }
 
     fn lost(&self, key: &Key, fence: u64) -> Lost {
-        self.local.lost(key, fence)
+        self.local().lost(key, fence)
     }
 
     fn statistics(&self, key: &Key, mode: Mode) -> Statistics {
@@ -1170,15 +1179,15 @@ impl Session for FileClient {
     }
 
     fn tag_hold(&self, key: &Key, mode: Mode, tag: u64) {
-        self.local.tag_hold(key, mode, tag)
+        self.local().tag_hold(key, mode, tag)
     }
 
     fn untag_hold(&self, key: &Key, mode: Mode, tag: u64) {
-        self.local.untag_hold(key, mode, tag)
+        self.local().untag_hold(key, mode, tag)
     }
 
     fn has_tagged_hold(&self, key: &Key, mode: Mode, tag: u64) -> bool {
-        self.local.has_tagged_hold(key, mode, tag)
+        self.local().has_tagged_hold(key, mode, tag)
     }
 
     fn query(&self, prefix: &str) -> Vec<Info> {
@@ -1188,15 +1197,15 @@ impl Session for FileClient {
     fn close(&self, reason: Reason) -> usize {
         // Local holds end first (each released locally, its `lost` cancelled); then the
         // kernel holds go, and the tickets are woken to find the manager closed.
-        let ended = self.local.close(reason);
+        let ended = self.local().close(reason);
         self.keeper.shutdown();
-        self.stop_agent();
+        self.keeper.stop_agent();
         ended
     }
 
     fn failure(&self) -> Option<Failure> {
         let k = &self.keeper;
-        if let Some(f) = Session::failure(&*self.local) {
+        if let Some(f) = Session::failure(&**self.local()) {
             return Some(f);
         }
         if k.forked() {
