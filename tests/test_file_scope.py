@@ -384,6 +384,15 @@ def test_a_relative_directory_is_a_value_error(rel: str) -> None:
         LockManager(rel)
 
 
+def test_a_nul_byte_in_the_path_is_a_value_error_naming_the_url(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="url"):
+        LockManager(f"file://{tmp_path}/a\0b")
+    # Nothing was made, and the directory is still usable.
+    assert list(tmp_path.iterdir()) == []
+    with LockManager(f"file://{tmp_path}/ok") as mgr:
+        mgr.lock("n").acquire(deadline=0)()
+
+
 def test_a_directory_under_a_regular_file_is_a_backend_error_naming_it(tmp_path: Path) -> None:
     blocker = tmp_path / "plain-file"
     blocker.write_text("not a directory")

@@ -233,15 +233,39 @@ impl Keeper {
         Some(out)
     }
 
-    /// The gate's slot, pinned now if it was not.
+    /// The gate's slot, pinned now if it was not (then marked for the tickets that
+    /// waited for a slot: a full table).
     fn slot(&self, g: &mut Gate) -> Option<usize> {
         if g.slot.is_none() {
             match self.table.pin(&g.name, stable_hash(&g.name)) {
-                Ok(s) => g.slot = s,
+                Ok(Some(s)) => {
+                    g.slot = Some(s);
+                    self.mark(g, s);
+                }
+                Ok(None) => {}
                 Err(e) => self.fail(e),
             }
         }
         g.slot
+    }
+
+    /// Say that this client waits for slot `s` while `g` has tickets (and, for an
+    /// exclusive one, read-lock the writer byte): releases of the name ring it, and
+    /// other clients' new shared requests stay back.
+    fn mark(&self, g: &mut Gate, s: usize) {
+        let Some(mode) = g.tickets.first().map(|t| t.mode) else {
+            return;
+        };
+        if !g.marked {
+            self.table.mark_waiting(s, self.me, true);
+            g.marked = true;
+        }
+        if mode == Mode::Exclusive && !g.writer {
+            match self.table.mark_writer(s, true) {
+                Ok(()) => g.writer = true,
+                Err(e) => self.fail(e),
+            }
+        }
     }
 
     /// Enter `g` for `n` local holders in `mode`: join the kernel hold, or take it.
@@ -459,16 +483,7 @@ impl Keeper {
         self.with_gate(key, |k, g| {
             g.tickets.push(ticket.clone());
             if let Some(s) = k.slot(g) {
-                if !g.marked {
-                    k.table.mark_waiting(s, k.me, true);
-                    g.marked = true;
-                }
-                if mode == Mode::Exclusive && !g.writer {
-                    match k.table.mark_writer(s, true) {
-                        Ok(()) => g.writer = true,
-                        Err(e) => k.fail(e),
-                    }
-                }
+                k.mark(g, s);
             }
         })?;
         if !own {

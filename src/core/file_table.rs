@@ -757,7 +757,7 @@ pub fn futex_wake(word: &AtomicU32, news: u32) {
 /// The directory of a `file://` url's path, as bytes the kernel takes.
 pub fn dir_path(path: &str) -> Result<PathBuf, String> {
     if path.contains('\0') {
-        return Err("a file:// url cannot contain a NUL byte".to_owned());
+        return Err("LockManager url cannot contain a NUL byte".to_owned());
     }
     Ok(PathBuf::from(std::ffi::OsStr::from_bytes(path.as_bytes())))
 }
