@@ -15,7 +15,8 @@
 //!   `memory` (the in-process scope: a table of slots by name, with fences and the
 //!   records `query()` reads), `file_table` (the table a directory's processes share)
 //!   and `file` (the processes-of-one-machine scope: a private `memory` scope per
-//!   manager behind a kernel-owned hold per name), `scopes` (`connect`: one line per scope picks it by url).
+//!   manager behind a kernel-owned hold per name), `pg_url` (a PostgreSQL url made into
+//!   a connection), `scopes` (`connect`: one line per scope picks it by url).
 
 pub mod acquire;
 pub mod cancel;
@@ -33,6 +34,8 @@ pub(crate) mod memory;
 #[cfg(not(loom))]
 pub mod named;
 pub mod park;
+#[cfg(not(loom))]
+pub mod pg_url;
 pub(crate) mod queue;
 pub mod raw;
 pub(crate) mod runner;
