@@ -90,6 +90,7 @@ const MISPLACED_AT: &str = "the url has an '@' after its host part: percent-enco
      database name";
 
 /// A parsed target: how to connect, and how to show it.
+#[derive(Clone)]
 pub struct Target {
     /// Everything but the application name, which each connection sets; holds the password.
     config: postgres::Config,
@@ -97,7 +98,9 @@ pub struct Target {
     tls: MakeRustlsConnect,
     /// Bounds a connect or a cancel request, per host; `None` when the url says 0.
     connect_timeout: Option<Duration>,
+    /// How many hosts are tried in turn, each within `connect_timeout`.
     hosts: usize,
+    /// The url's or `PGAPPNAME`'s; else each connection gets the scope's default.
     application_name: Option<String>,
     /// The url as given, less its password.
     display: String,
@@ -156,8 +159,9 @@ impl Local {
 impl Target {
     /// Parse a libpq URL (`postgresql://` or `postgres://`), filling what it leaves out from
     /// `env` (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE, PGSSLROOTCERT,
-    /// PGCONNECT_TIMEOUT, PGAPPNAME; user defaults to the OS user name, database to the user).
-    /// Errors are messages for a ValueError that never contain the password.
+    /// PGCONNECT_TIMEOUT, PGAPPNAME, and PGOPTIONS as libpq; user defaults to the OS user name,
+    /// database to the user). Errors are messages for a ValueError that never contain the
+    /// password.
     pub fn parse(url: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Target, String> {
         parse_with(url, env, &Local::of_this_process(env))
     }
@@ -264,6 +268,10 @@ fn parse_with(
     env: &dyn Fn(&str) -> Option<String>,
     local: &Local,
 ) -> Result<Target, String> {
+    // The startup message's strings end at a NUL: one in the url would cut a value short.
+    if url.contains('\0') {
+        return Err("the url holds a NUL character".to_owned());
+    }
     let (scheme, rest) = ["postgresql://", "postgres://"]
         .iter()
         .find_map(|s| url.strip_prefix(s).map(|rest| (*s, rest)))
@@ -567,8 +575,8 @@ fn finish(
     {
         config.password(password);
     }
-    if let Some(options) = &given.options {
-        config.options(options);
+    if let Some(options) = given.options.take().or_else(|| env("PGOPTIONS")) {
+        config.options(&options);
     }
     let application_name = given.application_name.take().or_else(|| env("PGAPPNAME"));
 
@@ -1122,6 +1130,18 @@ Fe9ppwGOGdE7k/KnLos=
     }
 
     #[test]
+    fn a_target_is_shared_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Target>();
+    }
+
+    #[test]
+    fn a_nul_is_refused() {
+        assert!(err("postgresql://h/d\0b").contains("NUL"));
+        assert!(!err("postgresql://u:p\0w@h/db").contains("p\0w"));
+    }
+
+    #[test]
     fn short_scheme_and_defaults() {
         let t = parse("postgres://").unwrap();
         assert_eq!(tcp(&t), ["localhost"]);
@@ -1175,6 +1195,7 @@ Fe9ppwGOGdE7k/KnLos=
             ("PGSSLMODE", "disable"),
             ("PGCONNECT_TIMEOUT", "3"),
             ("PGAPPNAME", "envapp"),
+            ("PGOPTIONS", "-c x=1"),
         ];
         let t = parse_env("postgresql://", &vars).unwrap();
         assert_eq!(tcp(&t), ["envhost"]);
@@ -1185,6 +1206,7 @@ Fe9ppwGOGdE7k/KnLos=
         assert_eq!(t.config.get_ssl_mode(), SslMode::Disable);
         assert_eq!(t.connect_timeout, Some(Duration::from_secs(3)));
         assert_eq!(t.application_name_or("dflt"), "envapp");
+        assert_eq!(t.config.get_options(), Some("-c x=1"));
         assert_eq!(t.display(), "postgresql://");
         assert!(!t.effective.contains("envpw"));
 
