@@ -39,8 +39,8 @@ pub mod named;
 pub mod park;
 #[cfg(all(not(loom), target_os = "linux"))]
 pub(crate) mod pg;
-#[cfg(all(not(loom), target_os = "linux"))]
-pub(crate) mod pg_url;
+#[cfg(not(loom))]
+pub mod pg_url;
 pub(crate) mod queue;
 pub mod raw;
 pub(crate) mod runner;
