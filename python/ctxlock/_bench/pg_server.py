@@ -188,6 +188,8 @@ class PgServer:
         self._running = False
         self._bouncers: list[_Bouncer] = []
         self._lock = threading.Lock()
+        #: The process that started it: a forked child must not stop it at its exit.
+        self._pid = os.getpid()
 
     # --- urls ---------------------------------------------------------------------------------
 
@@ -221,6 +223,7 @@ class PgServer:
             why = missing()
             if why is not None:
                 raise PgServerError(why)
+            self._pid = os.getpid()
             _live.add(self)
             try:
                 self._root = self._make_root()
@@ -450,6 +453,8 @@ def shared() -> PgServer:
 @atexit.register
 def _stop_all() -> None:
     for server in list(_live):
+        if server._pid != os.getpid():
+            continue  # a forked child's copy: its parent stops it
         try:
             server.stop()
         except Exception as exc:  # at exit: report, and stop the others still
