@@ -31,6 +31,7 @@ Timing assertions are loose bounds that a correct implementation meets by far.
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import pickle
 import threading
 import time
@@ -84,9 +85,12 @@ def server() -> pg_server.PgServer:
 
 
 @pytest.fixture
-def url(server: pg_server.PgServer) -> str:
-    """``postgresql://ctxlock:PASSWORD@127.0.0.1:PORT/ctxlock``."""
-    return server.url
+def url(server: pg_server.PgServer, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``postgresql://ctxlock@127.0.0.1:PORT/ctxlock``: the password is in ``PGPASSWORD``
+    (for this process and the children it starts). A manager's url never shows the
+    password, and the file scope's tests run here compare it with the url they gave."""
+    monkeypatch.setenv("PGPASSWORD", server.password)
+    return server.url.replace(f":{server.password}@", "@")
 
 
 @pytest.fixture
@@ -106,8 +110,9 @@ def ns() -> str:
 
 
 @pytest.fixture
-def managers(url: str) -> Iterator[Managers]:
-    """``managers(k)``: k managers of this server; all are closed at teardown.
+def managers(server: pg_server.PgServer) -> Iterator[Managers]:
+    """``managers(k)``: k managers of this server (the password in their url); all are
+    closed at teardown.
 
     The contract tests of ``test_lock_manager.py`` (imported below) take their managers from
     this fixture, so here they run on the postgres scope.
@@ -115,7 +120,7 @@ def managers(url: str) -> Iterator[Managers]:
     made: list[LockManager] = []
 
     def make(k: int) -> list[LockManager]:
-        new = [LockManager(url) for _ in range(k)]
+        new = [LockManager(server.url) for _ in range(k)]
         made.extend(new)
         return new
 
@@ -754,8 +759,8 @@ async def test_acquire_async_leaves_the_loop_running_while_it_waits(
         held()
 
 
-def test_a_pg_lock_pickles_as_a_lock_of_this_server(url: str, ns: str) -> None:
-    with LockManager(url) as mgr:
+def test_a_lock_pickles_as_a_lock_of_this_server(server: pg_server.PgServer, ns: str) -> None:
+    with LockManager(server.url) as mgr:
         lock = mgr.lock(ns + "p")
         again = pickle.loads(pickle.dumps(lock))
         assert isinstance(again, NamedLock)
@@ -765,3 +770,47 @@ def test_a_pg_lock_pickles_as_a_lock_of_this_server(url: str, ns: str) -> None:
             contract.assert_taken(again)
         with again:
             contract.assert_taken(lock)
+
+
+def test_a_lock_of_a_url_with_its_password_reaches_a_spawned_child(
+    server: pg_server.PgServer, monkeypatch: pytest.MonkeyPatch, ns: str
+) -> None:
+    # The password is in the url alone (no PGPASSWORD): the child still logs in, and the lock
+    # it unpickles is the parent's (it sees the parent's holds; its own are seen here).
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    ctx = multiprocessing.get_context("spawn")
+    with LockManager(server.url) as mgr:
+        lock, rw = mgr.lock(ns + "a"), mgr.sharable_lock(ns + "b")
+        held, held_rw = lock.acquire(), rw.exclusive.acquire()
+        mine, theirs = ctx.Pipe()
+        child = ctx.Process(target=file_scope._spawned_child, args=(lock, rw, theirs), daemon=True)
+        child.start()
+        try:
+            theirs.close()
+            assert mine.poll(30), "the spawned child said nothing"
+            report = mine.recv()
+            assert report["url"] == mgr.url
+            assert (report["lock_free"], report["lock_locked"], report["shared_free"]) == (
+                False,
+                True,
+                False,
+            ), report
+            fence = held.fence
+            held()
+            held_rw()
+            mine.send("go")
+            assert mine.poll(PATIENCE * 2), "the child did not get the locks"
+            assert mine.recv()["fence"] > fence
+            assert lock.locked()
+            assert rw.shared.statistics().holders == 1
+            mine.send("done")
+            child.join(PATIENCE * 2)
+            assert child.exitcode == 0
+        finally:
+            if child.is_alive():
+                child.kill()
+                child.join(PATIENCE)
+            mine.close()
+            child.close()
+        contract.assert_free(mgr, ns + "a")
+        contract.assert_free(mgr, ns + "b")
