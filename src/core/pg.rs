@@ -29,9 +29,12 @@
 //!   `PING_EVERY`; a session found dead (terminated, server gone, network lost; TCP
 //!   keepalives bound the silent case) ends the local holds of its names, each `lost`
 //!   token cancelled with a `BackendError`. The next acquire connects again.
-//! - **Introspection** reads `pg_locks`, with `ctxlock_names` (key → name, written the
-//!   first time a manager uses a name) and each session's `application_name`
-//!   ("ctxlock host:pid") to say who holds.
+//! - **Introspection** (`query()`, `statistics()`) asks every other manager: each listens
+//!   on a session of its own (`LISTEN ctxlock_ask_<its backend id>`) and answers with its
+//!   records (the file scope's codec, hex, in notifications). Sessions that do not answer
+//!   show as `pg_locks` has them, turned into names by `ctxlock_names` (key → name,
+//!   written the first time a manager uses a name) and into owners by their
+//!   `application_name` ("ctxlock host:pid/n").
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
