@@ -268,6 +268,22 @@ fn describe(e: &postgres::Error) -> String {
     }
 }
 
+/// Close sessions off the calling thread: closing one waits for the server to answer
+/// (`Client`'s drop ends the session politely), which a stalled server never does.
+fn discard(conns: Vec<Conn>) {
+    if conns.is_empty() {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("ctxlock-pg-close".to_owned())
+        .spawn(move || drop(conns));
+    // Without a thread, leaking them is the one way not to wait (their sockets stay
+    // open until the process ends; the server frees their locks when it notices).
+    if let Err(e) = spawned {
+        std::mem::forget(e);
+    }
+}
+
 fn db_error_code(e: &postgres::Error) -> Option<&str> {
     e.code().map(|c| c.code())
 }
@@ -305,8 +321,16 @@ impl Keeper {
     /// A new session, or why not (also kept as the manager's `down` state by callers).
     fn open(&self) -> Result<Conn, Failure> {
         let mut client = self.target.connect(&self.app).map_err(Failure)?;
+        // A session waiting for a lock does not read its socket: without this setting
+        // (PostgreSQL 14 and later) a client killed while it waits keeps its place in the
+        // queue (holding new shared requests back behind its exclusive one) until the lock
+        // is granted to it.
         let pid = client
-            .query_one("SELECT pg_backend_pid()", &[])
+            .query_one(
+                "SELECT pg_backend_pid(), CASE WHEN current_setting('server_version_num')::int \
+                 >= 140000 THEN set_config('client_connection_check_interval', '500ms', false) END",
+                &[],
+            )
             .map_err(|e| self.error("cannot start a session", &e))?
             .get(0);
         Ok(Conn { client, pid })
@@ -373,8 +397,8 @@ impl Keeper {
         let mut lost = Vec::new();
         if let Some(m) = gates.main.take() {
             gates.pids.retain(|&p| p != m.conn.pid);
-            // Dropping it closes the socket: whatever the server still holds for it goes.
-            drop(m);
+            // Closing it ends the session: whatever the server still holds for it goes.
+            discard(vec![m.conn]);
         }
         for g in gates.map.iter_mut() {
             if matches!(g.on, Some(On::Main)) {
@@ -477,12 +501,10 @@ impl Keeper {
             }
             None => {}
         }
-        let g = gate(gates, hash, name);
-        if g.waiting {
-            // Our own server wait for this name is queued: it grants the tickets.
-            return false;
-        }
-        let key = g.key;
+        // A server wait of this manager may be queued for the name: the try still goes
+        // first (the server refuses it while that wait, or anyone's, is queued), and a
+        // wait granted after it gives its extra hold back (`granted`).
+        let key = gate(gates, hash, name).key;
         // Twice at most: a main session that died while idle (terminated, a server
         // restart) is found by its first statement, and a new one takes its place.
         for _ in 0..2 {
@@ -607,6 +629,7 @@ impl Keeper {
                     self.keep_idle(gates, *conn);
                 } else {
                     gates.pids.retain(|&p| p != conn.pid);
+                    discard(vec![*conn]);
                 }
             }
         }
@@ -656,11 +679,7 @@ impl Keeper {
                     let g = gate(gates, hash, name);
                     g.users = g.tickets.len() as u32;
                     g.handoffs += 1;
-                    grant_all(g, wake);
-                    // A server wait queued for them (to join a shared hold) is not needed.
-                    if let Some(token) = g.cancel.take() {
-                        self.cancel_wait(token);
-                    }
+                    self.grant_all(g, wake);
                     return;
                 }
             } else if self.local_demand(g) && self.may_keep(gates, hash, name) {
@@ -674,7 +693,7 @@ impl Keeper {
         }
         let (mode, n) = (g.tickets[0].mode, g.tickets.len() as u32);
         if self.enter(gates, hash, name, mode, n) {
-            grant_all(gate(gates, hash, name), wake);
+            self.grant_all(gate(gates, hash, name), wake);
         } else {
             self.start_wait(gates, hash, name);
         }
@@ -802,7 +821,7 @@ impl Keeper {
                         self.keep_idle(&mut gates, conn);
                     } else {
                         gates.pids.retain(|&p| p != conn.pid);
-                        drop(conn);
+                        discard(vec![conn]);
                     }
                     gate(&mut gates, hash, name).statement = false;
                     self.statement_done.notify_all();
@@ -866,7 +885,7 @@ impl Keeper {
                 g.batch = Instant::now();
                 if !g.tickets.is_empty() && g.tickets[0].mode == mode {
                     g.users = g.tickets.len() as u32;
-                    grant_all(g, wake);
+                    self.grant_all(g, wake);
                 } else {
                     // Everyone gave up meanwhile: keep it for local demand, or let go.
                     self.settle(gates, hash, name, wake);
@@ -879,7 +898,7 @@ impl Keeper {
                 if held == Mode::Shared && mode == Mode::Shared && !g.tickets.is_empty() {
                     g.users += g.tickets.len() as u32;
                     g.handoffs += 1;
-                    grant_all(g, wake);
+                    self.grant_all(g, wake);
                 }
                 let key = g.key;
                 let f = if mode == Mode::Shared { "_shared" } else { "" };
@@ -897,6 +916,18 @@ impl Keeper {
                     self.start_wait(gates, hash, name);
                 }
             }
+        }
+    }
+
+    /// Every ticket of `g` entered: mark them granted, to be woken out of the mutex. A
+    /// server wait still queued for them is not needed any more.
+    fn grant_all(&self, g: &mut Gate, wake: &mut Vec<Arc<Ticket>>) {
+        for t in g.tickets.drain(..) {
+            t.grant();
+            wake.push(t);
+        }
+        if let Some(token) = g.cancel.take() {
+            self.cancel_wait(token);
         }
     }
 
@@ -958,15 +989,17 @@ impl Keeper {
                 if let Some(On::Own(conn)) = &mut g.on {
                     if let Err(e) = conn.client.is_valid(PING_TIMEOUT) {
                         why = Some(self.error("the session holding the lock was lost", &e));
-                        gone.push(conn.pid);
-                        g.on = None;
+                        if let Some(On::Own(conn)) = g.on.take() {
+                            gone.push(*conn);
+                        }
                         g.held = None;
                         g.users = 0;
                         lost.push(Key::with_hash(g.name.clone(), g.hash));
                     }
                 }
             }
-            gates.pids.retain(|p| !gone.contains(p));
+            gates.pids.retain(|p| !gone.iter().any(|c| c.pid == *p));
+            discard(gone);
         }
         if let Some(f) = why {
             self.lose(lost, &f);
@@ -1283,14 +1316,6 @@ fn gate<'a>(gates: &'a mut Gates, hash: u64, name: &str) -> &'a mut Gate {
         .expect("BUG: a gate used before it was made")
 }
 
-/// Every ticket of `g` entered: mark them granted, to be woken out of the mutex.
-fn grant_all(g: &mut Gate, wake: &mut Vec<Arc<Ticket>>) {
-    for t in g.tickets.drain(..) {
-        t.grant();
-        wake.push(t);
-    }
-}
-
 impl Gatekeeper for Keeper {
     fn local(&self) -> &Arc<MemoryClient> {
         &self.local
@@ -1410,7 +1435,7 @@ impl Gatekeeper for Keeper {
             }
         }
         // Closing the sessions frees whatever they hold on the server.
-        drop(conns);
+        discard(conns);
         let waited = !cancels.is_empty();
         for t in cancels {
             self.cancel_wait(t);
