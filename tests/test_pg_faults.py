@@ -439,6 +439,46 @@ def test_terminating_the_holders_session_loses_the_hold_and_hands_the_name_on(
     no_advisory_within(admin, f"{tag}-%")
 
 
+def test_terminating_a_waiting_session_never_hangs_nor_leaks_the_wait(
+    admin: Admin, tag: str, make: Make
+) -> None:
+    # The wait's session ends under it: the acquire may wait on (on a new session) and get
+    # the name once it is released, or raise BackendError; it may not hang past its
+    # deadline, nor leave a hold or a wait behind on the server.
+    holder, waiter_mgr, third = make("holder"), make("waiter"), make("third")
+    held = holder.lock("tw").acquire(deadline=PATIENCE)
+    lock = waiter_mgr.lock("tw")
+    join, _ = wait_in_thread(lock, deadline=4.0)
+    assert contract.waiting(lock), lock.statistics()
+    assert wait_until(lambda: any(not r[3] for r in advisory(admin, f"{tag}-waiter")), PATIENCE), (
+        f"the server shows no wait of the waiter's sessions: {advisory(admin, '%')}"
+    )
+    pids = {r[0] for r in advisory(admin, f"{tag}-waiter") if not r[3]}
+    with admin.cursor() as cur:
+        for pid in pids:
+            cur.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    terminated_at = time.monotonic()
+    time.sleep(0.5)
+    held()
+    ended_at, outcome = join(PATIENCE * 2)
+    figure(
+        "pg_terminate_backend of a waiting session -> the acquire",
+        f"{type(outcome).__name__} after {ended_at - terminated_at:.3f} s",
+    )
+    assert isinstance(outcome, (Unlock, BackendError, LockTimeout)), outcome
+    if isinstance(outcome, Unlock):
+        assert not take_and_release(third, "tw")
+        held_rows = advisory(admin, f"{tag}-%")
+        assert [(r[1], r[3]) for r in held_rows] == [(f"{tag}-waiter", True)], held_rows
+        outcome()
+    assert wait_until(lambda: take_and_release(third, "tw"), CLEANUP), advisory(admin, "%")
+    no_advisory_within(admin, f"{tag}-%")
+    # The manager works on.
+    again, took, errors = acquire_with_retries(waiter_mgr.lock("tw"), PATIENCE * 2)
+    figure("after terminating the wait: a new acquire", f"{took:.3f} s, failed tries {errors}")
+    again()
+
+
 def test_an_immediate_stop_loses_holds_ends_waits_and_a_restart_brings_the_scope_back(
     own_server: pg_server.PgServer, tag: str
 ) -> None:
