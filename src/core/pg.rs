@@ -224,6 +224,18 @@ pub fn stop_agents() {
     }
 }
 
+/// An error in words: the server's message and code, or the client's error and its cause
+/// (`Display` alone says only "db error" or "error communicating with the server").
+fn describe(e: &postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return format!("{} ({})", db.message(), db.code().code());
+    }
+    match std::error::Error::source(e) {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    }
+}
+
 fn db_error_code(e: &postgres::Error) -> Option<&str> {
     e.code().map(|c| c.code())
 }
@@ -251,7 +263,11 @@ impl Keeper {
     }
 
     fn error(&self, what: &str, e: &postgres::Error) -> Failure {
-        Failure(format!("{what} on {}: {e}", self.target.display()))
+        Failure(format!(
+            "{what} on {}: {}",
+            self.target.display(),
+            describe(e)
+        ))
     }
 
     /// A new session, or why not (also kept as the manager's `down` state by callers).
@@ -321,7 +337,7 @@ impl Keeper {
 
     /// The main session failed: every hold on it is lost. Returns the names whose local
     /// holds must end (out of the mutex, `lose`).
-    fn main_failed(&self, gates: &mut Gates, f: Failure) -> Vec<Key> {
+    fn main_failed(&self, gates: &mut Gates) -> Vec<Key> {
         let mut lost = Vec::new();
         if let Some(m) = gates.main.take() {
             gates.pids.retain(|&p| p != m.conn.pid);
@@ -336,7 +352,8 @@ impl Keeper {
                 lost.push(Key::with_hash(g.name.clone(), g.hash));
             }
         }
-        gates.down = Some((f, Instant::now()));
+        // The manager is not down for that: the next statement connects again (only a
+        // failed connection marks it down).
         lost
     }
 
@@ -422,20 +439,53 @@ impl Keeper {
             return false;
         }
         let key = g.key;
+        // Twice at most: a main session that died while idle (terminated, a server
+        // restart) is found by its first statement, and a new one takes its place.
+        for _ in 0..2 {
+            match self.try_on_main(gates, key, name, mode) {
+                Ok(None) => return false,
+                Ok(Some(fence)) => {
+                    self.fences.start(hash, fence);
+                    let g = gate(gates, hash, name);
+                    g.held = Some(mode);
+                    g.on = Some(On::Main);
+                    g.users = n;
+                    g.handoffs = 0;
+                    g.batch = Instant::now();
+                    return true;
+                }
+                Err(e) => {
+                    let f = self.error("cannot take the lock", &e);
+                    let lost = self.main_failed(gates);
+                    self.defer_loss(lost, f);
+                    if e.code().is_some() {
+                        // The server refused the statement: no new session will do better.
+                        return false;
+                    }
+                }
+            }
+        }
+        false
+    }
+
+    /// One try for `key` on the main session (connected now if need be): its fence if
+    /// taken, `None` if not (or no session can be had).
+    fn try_on_main(
+        &self,
+        gates: &mut Gates,
+        key: i64,
+        name: &str,
+        mode: Mode,
+    ) -> Result<Option<i64>, postgres::Error> {
         if self.main(gates).is_none() {
-            return false;
+            return Ok(None);
         }
         if !gates.named.contains(&key) {
             if gates.named.len() > 1 << 16 {
                 gates.named.clear();
             }
             let main = gates.main.as_mut().expect("connected above");
-            if let Err(e) = main.conn.client.execute(&main.name, &[&key, &name]) {
-                let f = self.error("cannot record the lock's name", &e);
-                let lost = self.main_failed(gates, f.clone());
-                self.defer_loss(lost, f);
-                return false;
-            }
+            main.conn.client.execute(&main.name, &[&key, &name])?;
             gates.named.insert(key);
         }
         let main = gates.main.as_mut().expect("connected above");
@@ -444,28 +494,8 @@ impl Keeper {
         } else {
             &main.try_x
         };
-        match main.conn.client.query_one(stmt, &[&key]) {
-            Ok(row) => {
-                let fence: i64 = row.get(0);
-                if fence < 0 {
-                    return false;
-                }
-                self.fences.start(hash, fence);
-                let g = gate(gates, hash, name);
-                g.held = Some(mode);
-                g.on = Some(On::Main);
-                g.users = n;
-                g.handoffs = 0;
-                g.batch = Instant::now();
-                true
-            }
-            Err(e) => {
-                let f = self.error("cannot take the lock", &e);
-                let lost = self.main_failed(gates, f.clone());
-                self.defer_loss(lost, f);
-                false
-            }
-        }
+        let fence: i64 = main.conn.client.query_one(stmt, &[&key])?.get(0);
+        Ok((fence >= 0).then_some(fence))
     }
 
     /// Whether a gate's hold may go on to another local holder: within its batch, or
@@ -495,7 +525,7 @@ impl Keeper {
             }
             Err(e) => {
                 let f = self.error("cannot look for other waiters", &e);
-                let lost = self.main_failed(gates, f.clone());
+                let lost = self.main_failed(gates);
                 self.defer_loss(lost, f);
                 false
             }
@@ -522,7 +552,7 @@ impl Keeper {
                 if let Err(e) = main.conn.client.query_one(stmt, &[&key]) {
                     // The session is gone or broken: closing it frees the lock.
                     let f = self.error("cannot release the lock", &e);
-                    let lost = self.main_failed(gates, f.clone());
+                    let lost = self.main_failed(gates);
                     self.defer_loss(lost, f);
                 }
             }
@@ -851,7 +881,7 @@ impl Keeper {
                 if let Some(main) = gates.main.as_mut() {
                     if let Err(e) = main.conn.client.is_valid(PING_TIMEOUT) {
                         let f = self.error("the session holding the lock was lost", &e);
-                        lost.extend(self.main_failed(&mut gates, f.clone()));
+                        lost.extend(self.main_failed(&mut gates));
                         why = Some(f);
                     }
                 }
@@ -920,7 +950,7 @@ impl Keeper {
             Ok(rows) => rows,
             Err(e) => {
                 let f = self.error("cannot read pg_locks", &e);
-                let lost = self.main_failed(&mut gates, f.clone());
+                let lost = self.main_failed(&mut gates);
                 self.defer_loss(lost, f);
                 return Vec::new();
             }
