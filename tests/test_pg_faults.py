@@ -32,10 +32,12 @@ noticed, a cancel, a restart) are printed (``pytest -s``) and checked against lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import queue
 import random
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -479,6 +481,65 @@ def test_terminating_the_holders_session_loses_the_hold_and_hands_the_name_on(
     mine = holder.lock("t:a").acquire(deadline=PATIENCE)
     assert mine.fence > theirs.fence
     mine()
+    no_advisory_within(admin, f"{tag}-%")
+
+
+def test_a_stalled_session_loses_its_hold_without_stalling_the_rest_of_the_manager(
+    admin: Admin, tag: str, make: Make
+) -> None:
+    # The backend of a session that holds a name stops answering (SIGSTOP: a hung server
+    # process, or a network that drops packets): the watchdog's ping times out and the
+    # hold is lost. Meanwhile the manager's other acquires, on other names and sessions,
+    # keep their deadlines. Once the backend runs again the name is free (the manager
+    # closed the session it gave up on).
+    mgr, blocker, third = make("mgr"), make("blocker"), make("third")
+    # A hold that lives on a session of its own: granted after a wait.
+    first = blocker.lock("st").acquire(deadline=PATIENCE)
+    join, _ = wait_in_thread(mgr.lock("st"), deadline=PATIENCE * 2)
+    assert contract.waiting(mgr.lock("st"))
+    first()
+    _, unlock = join()
+    assert isinstance(unlock, Unlock), unlock
+    pid = _holding_pid(admin, f"{tag}-mgr", "st")
+    # Whatever happens here, the backend runs again after a while: a guard process sends
+    # SIGCONT (so a stuck acquire ends, and the server can stop at teardown).
+    guard = subprocess.Popen(["sh", "-c", f"sleep {LOST_WITHIN + 5}; kill -CONT {pid}"])
+    stopped_at = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        slowest = 0.0
+        tries = 0
+        while not unlock.lost.cancelled and time.monotonic() - stopped_at < LOST_WITHIN:
+            start = time.monotonic()
+            try:
+                mgr.lock(f"st:other:{tries % 3}").acquire(deadline=0.5)()
+            except (LockTimeout, BackendError):
+                pass
+            slowest = max(slowest, time.monotonic() - start)
+            tries += 1
+            time.sleep(0.05)
+        lost_after = time.monotonic() - stopped_at
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+        guard.kill()
+        guard.wait(PATIENCE)
+    figure(
+        "SIGSTOP of a holding session's backend",
+        f"lost after {lost_after:.3f} s; other acquires (deadline 0.5 s): {tries}, "
+        f"slowest {slowest:.3f} s",
+    )
+    assert unlock.lost.cancelled, f"not lost within {LOST_WITHIN} s"
+    assert isinstance(unlock.lost.reason, BackendError), unlock.lost.reason
+    assert slowest < 1.5, (
+        f"while a session's backend was stopped, an acquire of another name with a 0.5 s "
+        f"deadline took {slowest:.3f} s"
+    )
+    assert lost_after < LOST_WITHIN, lost_after
+    unlock()
+    assert wait_until(lambda: take_and_release(third, "st"), PATIENCE), advisory(admin, "%")
+    again, _, _ = acquire_with_retries(mgr.lock("st"), 3.0)
+    again()
     no_advisory_within(admin, f"{tag}-%")
 
 
