@@ -7,10 +7,12 @@ and ``pg_stat_activity`` to see which sessions hold or wait, and ends sessions w
 (``ctxlock-f<test>-<role>``) through its url, so the server tells its sessions apart. The
 file holds five parts:
 
-- processes and sessions that die: a holder process killed with SIGKILL while another waits,
-  a holder's session terminated on the server (its ``unlock.lost`` fires, the name goes to
-  the waiter, the manager reconnects), the server stopped at once and started again, a
-  server that cannot be reached or refuses the password;
+- processes and sessions that die or stall: a holder process killed with SIGKILL while
+  another waits, a waiting process (or waiting writer) killed, a holder's session
+  terminated on the server (its ``unlock.lost`` fires, the name goes to the waiter, the
+  manager reconnects), a waiting session terminated, a holder's backend that stops
+  answering (SIGSTOP), the server stopped at once and started again, a server that cannot
+  be reached or refuses the password;
 - poolers: pgbouncer in transaction mode cannot keep a session's locks and is refused at
   construction; session mode works;
 - races, over thousands of rounds: a grant against the waiter's deadline and against a
