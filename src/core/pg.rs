@@ -284,6 +284,15 @@ fn discard(conns: Vec<Conn>) {
     }
 }
 
+/// Run `sql` on a session of this manager: a second time if a cancel request meant for
+/// a wait that had just ended (see `withdraw`) cancelled it instead.
+fn run(conn: &mut Conn, sql: &str) -> Result<(), postgres::Error> {
+    match conn.client.simple_query(sql) {
+        Err(e) if db_error_code(&e) == Some("57014") => conn.client.simple_query(sql).map(drop),
+        r => r.map(drop),
+    }
+}
+
 fn db_error_code(e: &postgres::Error) -> Option<&str> {
     e.code().map(|c| c.code())
 }
@@ -625,7 +634,7 @@ impl Keeper {
             On::Own(mut conn) => {
                 let f = if mode == Mode::Shared { "_shared" } else { "" };
                 let sql = format!("SELECT pg_advisory_unlock{f}({key})");
-                if conn.client.simple_query(&sql).is_ok() {
+                if run(&mut conn, &sql).is_ok() {
                     self.keep_idle(gates, *conn);
                 } else {
                     gates.pids.retain(|&p| p != conn.pid);
@@ -811,11 +820,8 @@ impl Keeper {
                     drop(gates);
                     // A grant may have raced the cancel: the session gives back whatever
                     // it holds (it held nothing else), or is closed.
-                    let clean = cancelled
-                        && conn
-                            .client
-                            .simple_query("SELECT pg_advisory_unlock_all()")
-                            .is_ok();
+                    let clean =
+                        cancelled && run(&mut conn, "SELECT pg_advisory_unlock_all()").is_ok();
                     let mut gates = self.gates();
                     if clean {
                         self.keep_idle(&mut gates, conn);
@@ -902,14 +908,11 @@ impl Keeper {
                 }
                 let key = g.key;
                 let f = if mode == Mode::Shared { "_shared" } else { "" };
-                if conn
-                    .client
-                    .simple_query(&format!("SELECT pg_advisory_unlock{f}({key})"))
-                    .is_ok()
-                {
+                if run(&mut conn, &format!("SELECT pg_advisory_unlock{f}({key})")).is_ok() {
                     self.keep_idle(gates, conn);
                 } else {
                     gates.pids.retain(|&p| p != conn.pid);
+                    discard(vec![conn]);
                 }
                 let g = gate(gates, hash, name);
                 if !g.tickets.is_empty() && !g.waiting {
