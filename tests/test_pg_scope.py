@@ -910,3 +910,21 @@ def test_another_manager_sees_when_a_hold_began_however_long_it_lasts(
         time.sleep(1.6)
         (info,) = second.query(ns)
         assert before - 0.05 <= info.since <= after + 0.05, (info, before, after)
+
+
+@pytest.mark.parametrize("which", VIEWS)
+def test_unlock_of_a_hold_granted_after_a_wait_returns_once_the_server_released_it(
+    which: str, ns: str, managers: Managers, admin: Admin, spawn: Spawn
+) -> None:
+    # A hold that had to wait is granted on a waiting session of its own (README): its
+    # unlock() too returns only once the server let go, so another client's one try gets in.
+    a, b = managers(2)
+    name = ns + "g"
+    for _ in range(20):
+        held = a.lock(name).acquire()
+        waiter = spawn(contract.view(b, name, which).acquire, deadline=PATIENCE)
+        assert contract.waiting(a.lock(name))
+        held()
+        waiter.result(PATIENCE)()
+        assert advisory_locks(admin) == []
+        a.lock(name).acquire(deadline=0)()
