@@ -61,6 +61,8 @@ const PING_TIMEOUT: Duration = Duration::from_secs(5);
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// Bits of a fence below the sequence's value: local grants of one server grant.
 const FENCE_SHIFT: u32 = 20;
+/// How long a waiter that gives up waits at most for the server's wait to end.
+const WITHDRAW_WAIT: Duration = Duration::from_secs(1);
 /// Idle gates (names used and let go) a manager keeps.
 const IDLE_GATES: usize = 64;
 /// Idle waiting sessions a manager keeps for the next waits.
@@ -140,6 +142,9 @@ struct Gate {
     tickets: Vec<Arc<Ticket>>,
     waiting: bool,
     cancel: Option<CancelToken>,
+    /// The wait's statement runs (until it returned and its outcome was dealt with:
+    /// a grant taken up, or a raced grant given back).
+    statement: bool,
 }
 
 impl Gate {
@@ -204,6 +209,8 @@ pub(crate) struct Keeper {
     stop: AtomicBool,
     watchdog: Mutex<Option<JoinHandle<()>>>,
     bell: (Mutex<()>, Condvar),
+    /// Notified (with `gates`) when a wait's statement is done (`Gate::statement`).
+    statement_done: Condvar,
     generation: u64,
 }
 
@@ -389,6 +396,7 @@ impl Keeper {
                     tickets: Vec::new(),
                     waiting: false,
                     cancel: None,
+                    statement: false,
                 },
                 |g| g.hash,
             );
@@ -613,6 +621,10 @@ impl Keeper {
                     g.users = g.tickets.len() as u32;
                     g.handoffs += 1;
                     grant_all(g, wake);
+                    // A server wait queued for them (to join a shared hold) is not needed.
+                    if let Some(token) = g.cancel.take() {
+                        self.cancel_wait(token);
+                    }
                     return;
                 }
             } else if self.local_demand(g) && self.may_keep(gates, hash, name) {
@@ -672,6 +684,14 @@ impl Keeper {
                     return;
                 }
                 let (mode, k) = (g.tickets[0].mode, g.key);
+                // A held name's tickets wait on the server only to join a shared hold
+                // (see `enter`); otherwise its release grants them (`settle`).
+                if g.held
+                    .is_some_and(|m| m != Mode::Shared || mode != Mode::Shared)
+                {
+                    g.waiting = false;
+                    return;
+                }
                 let conn = if fresh { None } else { gates.idle.pop() };
                 (mode, k, conn)
             };
@@ -699,6 +719,7 @@ impl Keeper {
                     return;
                 }
                 g.cancel = Some(conn.client.cancel_token());
+                g.statement = true;
             }
             let f = if mode == Mode::Shared { "_shared" } else { "" };
             let sql = format!("SELECT pg_advisory_lock{f}({k}); SELECT nextval('ctxlock_fence')");
@@ -712,6 +733,9 @@ impl Keeper {
                         SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse::<i64>().ok()),
                         _ => None,
                     });
+                    // Not waiting any more: what the grant leaves to wait for (tickets of
+                    // another mode) starts a wait of its own.
+                    gate(&mut gates, hash, name).waiting = false;
                     self.granted(
                         &mut gates,
                         hash,
@@ -721,7 +745,8 @@ impl Keeper {
                         fence.unwrap_or(0),
                         &mut wake,
                     );
-                    gate(&mut gates, hash, name).waiting = false;
+                    gate(&mut gates, hash, name).statement = false;
+                    self.statement_done.notify_all();
                     drop(gates);
                     self.wake(wake);
                     return;
@@ -731,19 +756,25 @@ impl Keeper {
                     drop(gates);
                     // A grant may have raced the cancel: the session gives back whatever
                     // it holds (it held nothing else), or is closed.
-                    if cancelled
+                    let clean = cancelled
                         && conn
                             .client
                             .simple_query("SELECT pg_advisory_unlock_all()")
-                            .is_ok()
-                    {
-                        let mut gates = self.gates();
+                            .is_ok();
+                    let mut gates = self.gates();
+                    if clean {
                         self.keep_idle(&mut gates, conn);
+                    } else {
+                        gates.pids.retain(|&p| p != conn.pid);
+                        drop(conn);
+                    }
+                    gate(&mut gates, hash, name).statement = false;
+                    self.statement_done.notify_all();
+                    drop(gates);
+                    if clean {
                         fresh = false;
                         continue;
                     }
-                    self.gates().pids.retain(|&p| p != conn.pid);
-                    drop(conn);
                     if !cancelled {
                         if fresh {
                             self.wait_failed(
@@ -1068,7 +1099,27 @@ impl Gatekeeper for Keeper {
             })
             .unwrap_or(true);
         if let Some(token) = cancel {
+            // The server's wait ends before the acquire raises: then nothing of it is
+            // left (`statistics()` counts no waiter, `pg_locks` shows none).
             self.cancel_wait(token);
+            let until = Instant::now() + WITHDRAW_WAIT;
+            let mut gates = self.gates();
+            loop {
+                let name = key.name();
+                let running = gates
+                    .map
+                    .find(key.hash(), |g| *g.name == *name)
+                    .is_some_and(|g| g.statement);
+                let now = Instant::now();
+                if !running || now >= until || gates.closed {
+                    break;
+                }
+                gates = self
+                    .statement_done
+                    .wait_timeout(gates, until - now)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
         }
         out
     }
@@ -1127,8 +1178,25 @@ impl Gatekeeper for Keeper {
         }
         // Closing the sessions frees whatever they hold on the server.
         drop(conns);
+        let waited = !cancels.is_empty();
         for t in cancels {
             self.cancel_wait(t);
+        }
+        if waited {
+            // As for a waiter that gives up: the server's waits end before close returns.
+            let until = Instant::now() + WITHDRAW_WAIT;
+            let mut gates = self.gates();
+            while gates.map.iter().any(|g| g.statement) {
+                let now = Instant::now();
+                if now >= until {
+                    break;
+                }
+                gates = self
+                    .statement_done
+                    .wait_timeout(gates, until - now)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
         }
         self.wake(wake);
         self.stop_helpers();
@@ -1212,6 +1280,7 @@ pub(crate) fn connect(url: &str) -> Result<(Arc<dyn Session>, String), PgError> 
         stop: AtomicBool::new(false),
         watchdog: Mutex::new(None),
         bell: (Mutex::new(()), Condvar::new()),
+        statement_done: Condvar::new(),
         generation: super::fork::generation(),
     });
     let mut first = keeper.open().map_err(|f| PgError::Backend(f.0))?;

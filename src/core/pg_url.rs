@@ -624,20 +624,16 @@ fn finish(
     };
     config.keepalives_retries(count);
 
-    // TLS.
+    // TLS. The server takes none on a unix socket, and libpq asks for none there.
     let all_unix = hosts.iter().all(|h| h.starts_with('/'));
     let (mode, check) = tls_plan(
         from(given.sslmode.take(), "PGSSLMODE", &env),
         from(given.sslrootcert.take(), "PGSSLROOTCERT", &env),
+        all_unix,
         local,
     )?;
-    // The server takes no TLS on a unix socket, and libpq asks for none there.
-    config.ssl_mode(if all_unix { SslMode::Disable } else { mode });
-    let tls = if all_unix || mode == SslMode::Disable {
-        tls_client(Check::Nothing)?
-    } else {
-        tls_client(check)?
-    };
+    config.ssl_mode(mode);
+    let tls = tls_client(check)?;
 
     let effective = effective(&user, &hosts, &ports, &dbname);
     Ok(Target {
@@ -688,10 +684,12 @@ enum Check {
 }
 
 /// The client's `SslMode` and certificate check for a `sslmode` and `sslrootcert`, as
-/// libpq decides them.
+/// libpq decides them; no roots are read when no TLS is to be used (`no_tls`, or
+/// `sslmode=disable`).
 fn tls_plan(
     sslmode: Option<(String, String)>,
     sslrootcert: Option<(String, String)>,
+    no_tls: bool,
     local: &Local,
 ) -> Result<(SslMode, Check), String> {
     let system = sslrootcert.as_ref().is_some_and(|(v, _)| v == "system");
@@ -721,6 +719,9 @@ fn tls_plan(
              \"verify-full\")"
         ));
     }
+    if no_tls || mode == "disable" {
+        return Ok((SslMode::Disable, Check::Nothing));
+    }
     // Roots: sslrootcert, else ~/.postgresql/root.crt if present. With roots, libpq checks
     // the chain even for prefer and require.
     let default_file = local
@@ -735,7 +736,6 @@ fn tls_plan(
         (None, None) => None,
     };
     Ok(match (mode.as_str(), roots) {
-        ("disable", _) => (SslMode::Disable, Check::Nothing),
         ("allow" | "prefer", None) => (SslMode::Prefer, Check::Nothing),
         ("allow" | "prefer", Some(roots)) => (SslMode::Prefer, Check::Chain(roots)),
         ("require", None) => (SslMode::Require, Check::Nothing),
@@ -1169,8 +1169,13 @@ Fe9ppwGOGdE7k/KnLos=
         };
         let t = parse_with("postgresql://u@/db", &no_env, &with_dir).unwrap();
         assert_eq!(tcp(&t), ["unix:/var/run/postgresql"]);
-        // No TLS over a unix socket, whatever sslmode says.
-        let t = parse_with("postgresql:///db?sslmode=require", &no_env, &with_dir).unwrap();
+        // No TLS over a unix socket, whatever sslmode says, and no roots read for it.
+        let t = parse_with(
+            "postgresql:///db?sslmode=verify-full&sslrootcert=/nonexistent/ctxlock.crt",
+            &no_env,
+            &with_dir,
+        )
+        .unwrap();
         assert_eq!(t.config.get_ssl_mode(), SslMode::Disable);
     }
 
@@ -1509,6 +1514,10 @@ Fe9ppwGOGdE7k/KnLos=
     fn tls_modes() {
         let mode = |url: &str| parse(url).unwrap().config.get_ssl_mode();
         assert_eq!(mode("postgresql://h?sslmode=disable"), SslMode::Disable);
+        assert_eq!(
+            mode("postgresql://h?sslmode=disable&sslrootcert=/nonexistent/ctxlock.crt"),
+            SslMode::Disable
+        );
         assert_eq!(mode("postgresql://h?sslmode=allow"), SslMode::Prefer);
         assert_eq!(mode("postgresql://h?sslmode=prefer"), SslMode::Prefer);
         assert_eq!(mode("postgresql://h"), SslMode::Prefer);
