@@ -928,3 +928,43 @@ def test_unlock_of_a_hold_granted_after_a_wait_returns_once_the_server_released_
         waiter.result(PATIENCE)()
         assert advisory_locks(admin) == []
         a.lock(name).acquire(deadline=0)()
+
+
+@pytest.mark.parametrize("tried_by", ["the waiter's manager", "another manager"])
+@pytest.mark.parametrize("held_by", ["the waiter's manager", "another manager"])
+def test_a_grant_that_races_a_cancel_leaves_the_name_free_once_both_returned(
+    held_by: str, tried_by: str, ns: str, managers: Managers, admin: Admin, spawn: Spawn
+) -> None:
+    # The holder releases and the waiter's token is cancelled at once: the waiter gets the
+    # name (and unlocks) or raises Cancelled; either way, once it returned nothing holds the
+    # name, and one try gets it at once (through either manager).
+    other, b = managers(2)
+    a = b if held_by == "the waiter's manager" else other
+    trier = b if tried_by == "the waiter's manager" else other
+    name = ns + "r"
+    outcomes: dict[str, int] = {}
+    taken_after: list[tuple[int, str, list[Row]]] = []
+
+    def wait(token: CancelToken) -> str:
+        try:
+            unlock = b.lock(name).acquire(token, deadline=PATIENCE)
+        except Cancelled:
+            return "Cancelled"
+        unlock()
+        return "Unlock"
+
+    for i in range(100):
+        held = a.lock(name).acquire()
+        token = CancelToken()
+        waiter = spawn(wait, token)
+        assert contract.waiting(a.lock(name))
+        held()
+        token.cancel("race")
+        outcome = waiter.result(PATIENCE)
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        again = trier.lock(name).try_acquire()
+        if again is None:
+            taken_after.append((i, outcome, advisory_locks(admin)))
+            again = trier.lock(name).acquire(deadline=PATIENCE)
+        again()
+    assert not taken_after, (outcomes, taken_after[:5])
