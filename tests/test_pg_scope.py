@@ -12,18 +12,21 @@ A name's advisory key is the core's hash, so the tests find the locks of ctxlock
 by ``application_name`` (``ctxlock...`` unless the url sets one) and a name's key in the
 ``ctxlock_names`` table. After every test no advisory lock is left on the server.
 
-The file holds four parts:
+The file holds five parts:
 
 - urls: what the manager keeps and shows (never the password), what it refuses and how
   (``BackendError`` for an unreachable server, a wrong password, a schema it cannot create
   its table in, a pgbouncer in transaction mode), ``PG*`` variables;
 - the contract of every scope: the tests of ``test_lock_manager.py`` that take the
   ``managers`` fixture, and the scope-agnostic tests of ``test_file_scope.py`` (other
-  processes, pickling), run here again with urls of this server;
+  processes, pickling), run here again with urls of this server (but for the query tests
+  that expect another manager's entries in detail: see the last part);
 - what the server shows: one session-level advisory lock per hold, none once ``unlock()``
   returns, none left by a wait that was cancelled or timed out;
 - waits: a cancel ends a blocked wait at once, ``deadline=0`` tries once, a wait in asyncio
-  leaves the loop running.
+  leaves the loop running, a grant racing a cancel leaves the name free;
+- query: a manager's own holds and waits by thread or task, another client's as its
+  process (once per name and mode), with the time each began.
 
 Timing assertions are loose bounds that a correct implementation meets by far.
 """
@@ -678,6 +681,24 @@ async def test_a_task_cancelled_while_waiting_leaves_nothing_on_the_server(
     b.lock(name).acquire(deadline=0)()
 
 
+@pytest.mark.parametrize("which", VIEWS)
+def test_unlock_of_a_hold_granted_after_a_wait_returns_once_the_server_released_it(
+    which: str, ns: str, managers: Managers, admin: Admin, spawn: Spawn
+) -> None:
+    # A hold that had to wait is granted on a waiting session of its own (README): its
+    # unlock() too returns only once the server let go, so another client's one try gets in.
+    a, b = managers(2)
+    name = ns + "g"
+    for _ in range(20):
+        held = a.lock(name).acquire()
+        waiter = spawn(contract.view(b, name, which).acquire, deadline=PATIENCE)
+        assert contract.waiting(a.lock(name))
+        held()
+        waiter.result(PATIENCE)()
+        assert advisory_locks(admin) == []
+        a.lock(name).acquire(deadline=0)()
+
+
 # --- waits --------------------------------------------------------------------------------------
 
 
@@ -753,6 +774,49 @@ async def test_acquire_async_leaves_the_loop_running_while_it_waits(
         held()
 
 
+@pytest.mark.parametrize("tried_by", ["the waiter's manager", "another manager"])
+@pytest.mark.parametrize("held_by", ["the waiter's manager", "another manager"])
+def test_a_grant_that_races_a_cancel_leaves_the_name_free_once_both_returned(
+    held_by: str, tried_by: str, ns: str, managers: Managers, admin: Admin, spawn: Spawn
+) -> None:
+    # The holder releases and the waiter's token is cancelled at once: the waiter gets the
+    # name (and unlocks) or raises Cancelled; either way, once it returned nothing holds the
+    # name, and one try gets it at once (through either manager).
+    other, b = managers(2)
+    a = b if held_by == "the waiter's manager" else other
+    trier = b if tried_by == "the waiter's manager" else other
+    name = ns + "r"
+    outcomes: dict[str, int] = {}
+    taken_after: list[tuple[int, str, list[Row]]] = []
+
+    def wait(token: CancelToken) -> str:
+        try:
+            unlock = b.lock(name).acquire(token, deadline=PATIENCE)
+        except Cancelled:
+            return "Cancelled"
+        unlock()
+        return "Unlock"
+
+    for i in range(100):
+        held = a.lock(name).acquire()
+        token = CancelToken()
+        waiter = spawn(wait, token)
+        assert contract.waiting(a.lock(name))
+        held()
+        token.cancel("race")
+        outcome = waiter.result(PATIENCE)
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        again = trier.lock(name).try_acquire()
+        if again is None:
+            taken_after.append((i, outcome, advisory_locks(admin)))
+            again = trier.lock(name).acquire(deadline=PATIENCE)
+        again()
+    assert not taken_after, (outcomes, taken_after[:5])
+
+
+# --- pickling -----------------------------------------------------------------------------------
+
+
 def test_a_lock_pickles_as_a_lock_of_this_server(server: pg_server.PgServer, ns: str) -> None:
     with LockManager(server.url) as mgr:
         lock = mgr.lock(ns + "p")
@@ -810,7 +874,7 @@ def test_a_lock_of_a_url_with_its_password_reaches_a_spawned_child(
         contract.assert_free(mgr, ns + "b")
 
 
-# --- query: its own holds and waits in detail, another client's as its process ----------------
+# --- query: its own holds and waits in detail, another client's as its process ------------------
 
 OWNER = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -910,61 +974,3 @@ def test_another_manager_sees_when_a_hold_began_however_long_it_lasts(
         time.sleep(1.6)
         (info,) = second.query(ns)
         assert before - 0.05 <= info.since <= after + 0.05, (info, before, after)
-
-
-@pytest.mark.parametrize("which", VIEWS)
-def test_unlock_of_a_hold_granted_after_a_wait_returns_once_the_server_released_it(
-    which: str, ns: str, managers: Managers, admin: Admin, spawn: Spawn
-) -> None:
-    # A hold that had to wait is granted on a waiting session of its own (README): its
-    # unlock() too returns only once the server let go, so another client's one try gets in.
-    a, b = managers(2)
-    name = ns + "g"
-    for _ in range(20):
-        held = a.lock(name).acquire()
-        waiter = spawn(contract.view(b, name, which).acquire, deadline=PATIENCE)
-        assert contract.waiting(a.lock(name))
-        held()
-        waiter.result(PATIENCE)()
-        assert advisory_locks(admin) == []
-        a.lock(name).acquire(deadline=0)()
-
-
-@pytest.mark.parametrize("tried_by", ["the waiter's manager", "another manager"])
-@pytest.mark.parametrize("held_by", ["the waiter's manager", "another manager"])
-def test_a_grant_that_races_a_cancel_leaves_the_name_free_once_both_returned(
-    held_by: str, tried_by: str, ns: str, managers: Managers, admin: Admin, spawn: Spawn
-) -> None:
-    # The holder releases and the waiter's token is cancelled at once: the waiter gets the
-    # name (and unlocks) or raises Cancelled; either way, once it returned nothing holds the
-    # name, and one try gets it at once (through either manager).
-    other, b = managers(2)
-    a = b if held_by == "the waiter's manager" else other
-    trier = b if tried_by == "the waiter's manager" else other
-    name = ns + "r"
-    outcomes: dict[str, int] = {}
-    taken_after: list[tuple[int, str, list[Row]]] = []
-
-    def wait(token: CancelToken) -> str:
-        try:
-            unlock = b.lock(name).acquire(token, deadline=PATIENCE)
-        except Cancelled:
-            return "Cancelled"
-        unlock()
-        return "Unlock"
-
-    for i in range(100):
-        held = a.lock(name).acquire()
-        token = CancelToken()
-        waiter = spawn(wait, token)
-        assert contract.waiting(a.lock(name))
-        held()
-        token.cancel("race")
-        outcome = waiter.result(PATIENCE)
-        outcomes[outcome] = outcomes.get(outcome, 0) + 1
-        again = trier.lock(name).try_acquire()
-        if again is None:
-            taken_after.append((i, outcome, advisory_locks(admin)))
-            again = trier.lock(name).acquire(deadline=PATIENCE)
-        again()
-    assert not taken_after, (outcomes, taken_after[:5])
