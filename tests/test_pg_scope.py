@@ -75,8 +75,8 @@ Managers = Callable[[int], list[LockManager]]
 Repl = file_scope.Repl
 VIEWS = contract.VIEWS
 
-#: How long the server may take to show what a client just did (a session ending, an
-#: agent dropping a wait it gave up just after the raise).
+#: How long the server may take to show what a client just did (a session ending, a
+#: manager dropping a wait it gave up just after the raise).
 SERVER_PATIENCE = 2.0
 
 
