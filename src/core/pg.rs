@@ -754,6 +754,13 @@ impl Keeper {
                     .is_some_and(|m| m != Mode::Shared || mode != Mode::Shared)
                 {
                     g.waiting = false;
+                    if g.users == 0 {
+                        // Kept for local demand: nobody's release will settle it.
+                        let mut wake = Vec::new();
+                        self.settle(&mut gates, hash, name, &mut wake);
+                        drop(gates);
+                        self.wake(wake);
+                    }
                     return;
                 }
                 let conn = if fresh { None } else { gates.idle.pop() };
@@ -1333,10 +1340,21 @@ impl Gatekeeper for Keeper {
 
     fn register(&self, key: &Key, mode: Mode, notify: Notify, who: Who) -> Option<Arc<Ticket>> {
         let ticket = Ticket::new(mode, notify, false, who);
+        let mut wake = Vec::new();
         self.with_gate(key, |k, gates, hash| {
-            gate(gates, hash, key.name()).tickets.push(ticket.clone());
-            k.start_wait(gates, hash, key.name());
+            let g = gate(gates, hash, key.name());
+            g.tickets.push(ticket.clone());
+            if g.users > 0 {
+                // The holders' release settles the gate; a server wait is queued now only
+                // to join a shared hold (`serve` decides).
+                k.start_wait(gates, hash, key.name());
+            } else {
+                // Nobody inside (the name is free here, or kept for local demand, which
+                // this ticket is): grant it, or take the name, or queue a server wait.
+                k.settle(gates, hash, key.name(), &mut wake);
+            }
         })?;
+        self.wake(wake);
         Some(ticket)
     }
 
