@@ -24,11 +24,12 @@ statements with arguments are prepared and cached by itself).
     The same with ``WORKERS`` asyncio tasks per process: ``await lock.acquire_async()``
     against asyncpg, one connection per task.
 ``pg_cancel``
-    A second manager of this process holds the name; a thread waits in ``acquire(token)``;
-    the token is cancelled. Timed from ``token.cancel()`` to the ``Cancelled`` raised in
-    the waiter, and to the server no longer showing a waiting request (``pg_locks``: an
-    advisory lock ``NOT granted`` in the database). Control: a psycopg connection waiting
-    in ``pg_advisory_lock`` cancelled with ``Connection.cancel()``.
+    A child process holds the name; a thread of this process waits in ``acquire(token)``
+    (one manager for every round, a new token each); the token is cancelled. Timed from
+    ``token.cancel()`` to the ``Cancelled`` raised in the waiter, and to the server no
+    longer showing a waiting request (``pg_locks``: an advisory lock ``NOT granted`` in
+    the database). Control: a psycopg connection waiting in ``pg_advisory_lock``
+    cancelled with ``Connection.cancel()``.
 
 Server statements. Every statement on an autocommit connection is one transaction, so the
 rows count statements as the growth of ``xact_commit + xact_rollback`` in
@@ -534,9 +535,22 @@ def _async_child(kind: str, url: str, directory: Path, index_text: str) -> None:
     send(_report(workers))
 
 
+def _hold_child(kind: str, url: str, directory: Path) -> None:
+    """``pg_cancel``'s holder: takes the lock, says so, and releases when told."""
+    if kind != "ctxlock":
+        raise ValueError(f"unknown lock kind {kind!r}")
+    with ctxlock.LockManager(url) as manager:
+        unlock = manager.lock(PG_NAME).acquire(deadline=ACQUIRE_TIMEOUT_S)
+        send({"held": True})
+        receive()
+        unlock()
+    send({"released": True})
+
+
 _ROLES: dict[str, Callable[..., None]] = {
     "contend": _contend_child,
     "async": _async_child,
+    "hold": _hold_child,
 }
 
 
@@ -571,11 +585,11 @@ class _Contended:
     statements: float
 
 
-def _overhead(stats: _Stats, kind: str, url: str) -> int:
-    """Server statements of one client's session with its one warm-up hold: a manager for
-    ctxlock, a connection for the anchors."""
+def _overhead(stats: _Stats, role: str, kind: str, url: str) -> int:
+    """Server statements of one client's session with its one warm-up hold, as the
+    children of ``role`` open it: a manager for ctxlock, a connection for the anchors."""
     before = stats.settled()
-    if kind in ("ctxlock", "psycopg"):
+    if role == "contend":
         _, close = _thread_locks(kind, url, 1)
         close()
     else:
@@ -659,7 +673,7 @@ def contended_row(role: str, anchor: str) -> Measure:
         runs: dict[str, list[_Contended]] = {"ctxlock": [], anchor: []}
         stats = _Stats(server)
         try:
-            each = {kind: _overhead(stats, kind, url) for kind in runs}
+            each = {kind: _overhead(stats, role, kind, url) for kind in runs}
             with bench_dir() as directory:
                 for i in range(cfg.pg_repeat):
                     for kind in ("ctxlock", anchor)[:: 1 if i % 2 == 0 else -1]:
@@ -734,32 +748,42 @@ def _gone_after(stats: _Stats, cancelled_at: int) -> int:
     return perf_counter_ns() - cancelled_at
 
 
-def _cancel_round_ctxlock(stats: _Stats, url: str) -> _Cancelled:
+def _cancel_rounds_ctxlock(stats: _Stats, url: str, rounds: int) -> list[_Cancelled]:
+    """``rounds`` waiters of one manager, each cancelled, while another process holds."""
+    got: list[_Cancelled] = []
+    with Child("hold", "ctxlock", url, "-", module=_MODULE) as holder:
+        holder.recv(SETUP_TIMEOUT_S)
+        with ctxlock.LockManager(url) as manager:
+            lock = manager.lock(PG_NAME)
+            for _ in range(rounds):
+                got.append(_cancel_round_ctxlock(stats, lock))
+        holder.send({"release": True})
+        holder.recv(SETUP_TIMEOUT_S)
+    return got
+
+
+def _cancel_round_ctxlock(stats: _Stats, lock: ctxlock.NamedLock) -> _Cancelled:
     token = ctxlock.CancelToken()
     outcome: list[object] = []
-    with ctxlock.LockManager(url) as holder_manager, ctxlock.LockManager(url) as manager:
-        unlock = holder_manager.lock(PG_NAME).acquire(deadline=ACQUIRE_TIMEOUT_S)
-        lock = manager.lock(PG_NAME)
 
-        def wait() -> None:
-            try:
-                lock.acquire(token, deadline=ACQUIRE_TIMEOUT_S)()
-                outcome.append("acquired")
-            except ctxlock.Cancelled:
-                outcome.append(perf_counter_ns())
-            except BaseException as exc:
-                outcome.append(f"{type(exc).__name__}: {exc}")
+    def wait() -> None:
+        try:
+            lock.acquire(token, deadline=ACQUIRE_TIMEOUT_S)()
+            outcome.append("acquired")
+        except ctxlock.Cancelled:
+            outcome.append(perf_counter_ns())
+        except BaseException as exc:
+            outcome.append(f"{type(exc).__name__}: {exc}")
 
-        waiter = threading.Thread(target=wait, daemon=True)
-        waiter.start()
-        seen = _await_waiting(stats)
-        if not seen:
-            time.sleep(0.05)
-        cancelled_at = perf_counter_ns()
-        token.cancel()
-        gone = _gone_after(stats, cancelled_at) if seen else 0
-        waiter.join(ACQUIRE_TIMEOUT_S)
-        unlock()
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    seen = _await_waiting(stats)
+    if not seen:
+        time.sleep(0.05)
+    cancelled_at = perf_counter_ns()
+    token.cancel()
+    gone = _gone_after(stats, cancelled_at) if seen else 0
+    waiter.join(ACQUIRE_TIMEOUT_S)
     expect(len(outcome) == 1 and isinstance(outcome[0], int), f"the waiter: {outcome}")
     raised = outcome[0]
     assert isinstance(raised, int)
@@ -813,14 +837,14 @@ def cancel_row(row: Row, cfg: Config) -> RowResult:
     server, url = _ready("psycopg")
     stats = _Stats(server)
     try:
-        ours = [_cancel_round_ctxlock(stats, url) for _ in range(cfg.pg_cancel_rounds)]
+        ours = _cancel_rounds_ctxlock(stats, url, cfg.pg_cancel_rounds)
         control = [_cancel_round_psycopg(stats, url) for _ in range(cfg.pg_cancel_rounds)]
     finally:
         stats.close()
     mid = median([r.raised_ns for r in ours])
     seen = sum(r.seen for r in ours)
     note = (
-        f"{cfg.pg_cancel_rounds} round(s), a second manager holding: "
+        f"{cfg.pg_cancel_rounds} round(s) of one manager's waiters, another process holding: "
         f"{_cancel_text('ctxlock', ours)}"
     )
     if seen < len(ours):

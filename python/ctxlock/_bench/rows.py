@@ -112,11 +112,12 @@ over cost, so lower is better). The rows:
     The same with 4 processes x 8 asyncio tasks (``await lock.acquire_async()``), against
     asyncpg with one connection per task. Target <= 0.2.
 ``pg_cancel``
-    A second manager holds the name; a thread waits in ``acquire(token)``; the token is
-    cancelled. The ratio column is the median time from ``token.cancel()`` to
-    ``Cancelled`` raised, in milliseconds, over 20 rounds; target <= 100 ms. The note has
-    the maximum and the time until the server shows no waiting request; the control is
-    psycopg's ``Connection.cancel()`` of a waiting ``pg_advisory_lock``.
+    A child process holds the name; a thread waits in ``acquire(token)`` (one manager,
+    a new token each round); the token is cancelled. The ratio column is the median time
+    from ``token.cancel()`` to ``Cancelled`` raised, in milliseconds, over 20 rounds;
+    target <= 100 ms. The note has the maximum and the time until the server shows no
+    waiting request; the control is psycopg's ``Connection.cancel()`` of a waiting
+    ``pg_advisory_lock``.
 
 The ``pg_*`` rows start a throwaway PostgreSQL server (``pg_server.py``) and stop it when the
 run ends; they are skipped ("not available") where none can be started or where the build
