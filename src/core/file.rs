@@ -39,14 +39,13 @@ use std::time::{Duration, Instant};
 
 use hashbrown::HashTable;
 
-use super::cancel::Reason;
+use super::cohort::{Cohort, Gatekeeper, Ticket};
 use super::file_table::{
     futex_wait, futex_wake, stable_hash, Range, Table, NEWS_AGENT, NEWS_ALL, NEWS_RELEASE,
 };
 use super::memory::{MemoryClient, MemoryScope};
-use super::named::{Failure, Info, Key, Lost, Session, Who};
-use super::raw::{Compete, Enqueued, Notify, RawWaiter, Status};
-use super::stats::Statistics;
+use super::named::{Failure, Info, Key, Session, Who};
+use super::raw::Notify;
 use super::waiter::Mode;
 
 /// Local hand-offs of one kernel hold, once another client waits, before it goes back.
@@ -60,20 +59,6 @@ const CRASH_CHECK: Duration = Duration::from_millis(10);
 const IDLE_GATES: usize = 64;
 /// How long `query()` waits for another client's answer.
 const ANSWER_WITHIN: Duration = Duration::from_secs(1);
-
-/// A local holder waiting to enter a gate.
-struct Ticket {
-    mode: Mode,
-    notify: Notify,
-    /// A blocked thread's: it enters for itself, sleeping on the doorbell between tries
-    /// (`FileWaiter::park`), which saves the agent's wake-up on the way to it; a task's
-    /// is entered for by the agent, as a task cannot block.
-    own: bool,
-    /// Set (under the gates' mutex) when the agent entered the gate for it.
-    granted: AtomicBool,
-    who: Who,
-    since: f64,
-}
 
 /// This manager's kernel hold of one name.
 ///
@@ -405,8 +390,7 @@ impl Keeper {
             if !pick(t) {
                 return true;
             }
-            // ORDERING: Release pairs with the waiter's Acquire load in `status`.
-            t.granted.store(true, Ordering::Release);
+            t.grant();
             own |= t.own;
             wake.push(t.clone());
             false
@@ -439,12 +423,6 @@ impl Keeper {
         }
     }
 
-    fn wake(tickets: Vec<Arc<Ticket>>) {
-        for t in tickets {
-            t.notify.wake();
-        }
-    }
-
     /// Enter `key`'s gate now, for one local holder that just took the name locally.
     fn enter_now(&self, key: &Key, mode: Mode) -> bool {
         self.with_gate(key, |k, g| k.enter(g, mode, 1))
@@ -459,27 +437,20 @@ impl Keeper {
             g.users = g.users.saturating_sub(1);
             k.settle(g, &mut wake);
         });
-        Self::wake(wake);
+        super::cohort::wake(wake);
     }
 
     /// A local hold that never entered the gate ended (its local release done).
     fn settle_key(&self, key: &Key) {
         let mut wake = Vec::new();
         self.with_gate(key, |k, g| k.settle(g, &mut wake));
-        Self::wake(wake);
+        super::cohort::wake(wake);
     }
 
     /// Leave a ticket for a local holder that could not enter; the agent enters for it.
     fn register(&self, key: &Key, mode: Mode, notify: Notify, who: Who) -> Option<Arc<Ticket>> {
         let own = matches!(notify, Notify::Thread(_));
-        let ticket = Arc::new(Ticket {
-            mode,
-            own,
-            notify,
-            granted: AtomicBool::new(false),
-            who,
-            since: super::named::now(),
-        });
+        let ticket = Ticket::new(mode, notify, own, who);
         self.with_gate(key, |k, g| {
             g.tickets.push(ticket.clone());
             if let Some(s) = k.slot(g) {
@@ -497,15 +468,12 @@ impl Keeper {
     /// the next try when no ring comes (a dead holder rings nobody; a turn runs out).
     fn enter_for(&self, key: &Key, ticket: &Arc<Ticket>) -> Option<Duration> {
         self.with_gate(key, |k, g| {
-            // ORDERING: set under the same mutex.
-            if ticket.granted.load(Ordering::Acquire)
-                || !g.tickets.iter().any(|t| Arc::ptr_eq(t, ticket))
-            {
+            if ticket.is_granted() || !g.tickets.iter().any(|t| Arc::ptr_eq(t, ticket)) {
                 return None;
             }
             if k.enter(g, ticket.mode, 1) {
-                // ORDERING: as in `grant`; this thread is awake, nobody to ring.
-                ticket.granted.store(true, Ordering::Release);
+                // This thread is awake: nobody to ring.
+                ticket.grant();
                 g.tickets.retain(|t| !Arc::ptr_eq(t, ticket));
                 if g.tickets.is_empty() {
                     k.unmark(g);
@@ -530,8 +498,7 @@ impl Keeper {
     /// holder has entered the gate.
     fn withdraw(&self, key: &Key, ticket: &Arc<Ticket>) -> bool {
         self.with_gate(key, |k, g| {
-            // ORDERING: set under the same mutex.
-            if ticket.granted.load(Ordering::Acquire) {
+            if ticket.is_granted() {
                 return false;
             }
             g.tickets.retain(|t| !Arc::ptr_eq(t, ticket));
@@ -578,7 +545,7 @@ impl Keeper {
                 next = Some(next.map_or(wait, |n| n.min(wait)));
             }
         }
-        Self::wake(wake);
+        super::cohort::wake(wake);
         next
     }
 
@@ -597,6 +564,7 @@ impl Keeper {
                 held: false,
                 who: t.who.clone(),
                 pid,
+                host: None,
                 since: t.since,
             }));
         }
@@ -735,7 +703,7 @@ impl Keeper {
             self.table.ring(self.me, NEWS_RELEASE);
         }
         // Woken, they find the manager closed and give up.
-        Self::wake(wake);
+        super::cohort::wake(wake);
     }
 }
 
@@ -808,6 +776,7 @@ fn decode(bytes: &[u8], pid: u32) -> Vec<Info> {
                 task: (b[6] == 1).then(|| Arc::from(task)),
             },
             pid,
+            host: None,
             since: f64::from_le_bytes(b[8..16].try_into().unwrap()),
         });
         at += end.div_ceil(8) * 8;
@@ -815,242 +784,72 @@ fn decode(bytes: &[u8], pid: u32) -> Vec<Info> {
     out
 }
 
-/// A manager of the file scope: one client of the directory's locks.
-pub struct FileClient {
-    keeper: Arc<Keeper>,
+/// Join the scope of directory `dir` (made if missing): a manager of the file scope, one
+/// client of the directory's locks.
+pub(crate) fn connect(dir: &std::path::Path) -> Result<Arc<dyn Session>, String> {
+    let table = Arc::new(Table::open(dir)?);
+    let me = table.join()?;
+    let fences = table.clone();
+    let local = MemoryClient::new(Arc::new(MemoryScope::private(move |_: &Key| {
+        fences.next_fence()
+    })));
+    let keeper = Arc::new(Keeper {
+        table,
+        me,
+        local,
+        gates: Mutex::new(Gates::default()),
+        stop: AtomicBool::new(false),
+        broken: OnceLock::new(),
+        generation: super::fork::generation(),
+        agent: Mutex::new(None),
+    });
+    let k = keeper.clone();
+    let agent = std::thread::Builder::new()
+        .name("ctxlock-file-agent".to_owned())
+        .spawn(move || agent(k))
+        .map_err(|e| format!("cannot start the lock agent thread: {e}"))?;
+    *keeper.agent.lock().unwrap_or_else(|e| e.into_inner()) = Some(agent);
+    let mut keepers = KEEPERS.lock().unwrap_or_else(|e| e.into_inner());
+    keepers.retain(|k| k.strong_count() > 0);
+    keepers.push(Arc::downgrade(&keeper));
+    drop(keepers);
+    Ok(Arc::new(Cohort { keeper }))
 }
 
-impl FileClient {
-    /// Join the scope of directory `dir` (made if missing).
-    pub fn connect(dir: &std::path::Path) -> Result<Arc<FileClient>, String> {
-        let table = Arc::new(Table::open(dir)?);
-        let me = table.join()?;
-        let fences = table.clone();
-        let local = MemoryClient::new(Arc::new(MemoryScope::private(move || fences.next_fence())));
-        let keeper = Arc::new(Keeper {
-            table,
-            me,
-            local,
-            gates: Mutex::new(Gates::default()),
-            stop: AtomicBool::new(false),
-            broken: OnceLock::new(),
-            generation: super::fork::generation(),
-            agent: Mutex::new(None),
-        });
-        let k = keeper.clone();
-        let agent = std::thread::Builder::new()
-            .name("ctxlock-file-agent".to_owned())
-            .spawn(move || agent(k))
-            .map_err(|e| format!("cannot start the lock agent thread: {e}"))?;
-        *keeper.agent.lock().unwrap_or_else(|e| e.into_inner()) = Some(agent);
-        let mut keepers = KEEPERS.lock().unwrap_or_else(|e| e.into_inner());
-        keepers.retain(|k| k.strong_count() > 0);
-        keepers.push(Arc::downgrade(&keeper));
-        drop(keepers);
-        Ok(Arc::new(FileClient { keeper }))
-    }
-
-    /// The manager's own threads and tasks: its private in-process scope.
+impl Gatekeeper for Keeper {
     fn local(&self) -> &Arc<MemoryClient> {
-        &self.keeper.local
+        &self.local
     }
 
-    /// Take up a hold just taken (locally and at the gate): record it, or give it back.
-    fn take_up(&self, key: &Key, mode: Mode, scoped: bool, who: Who) -> Result<u64, Failure> {
-        let r = self.local().record(key, mode, scoped, who);
-        if r.is_err() {
-            // The record gave the local hold back already.
-            self.keeper.leave(key);
-        }
-        r
-    }
-}
-
-impl Drop for FileClient {
-    fn drop(&mut self) {
-        self.keeper.stop_agent();
-    }
-}
-
-/// A queued acquire: first the local scope's, then (as a ticket) the gate's.
-struct FileWaiter(Arc<Waiting>);
-
-struct Waiting {
-    client: Arc<FileClient>,
-    key: Key,
-    mode: Mode,
-    /// How the acquire is woken.
-    notify: Notify,
-    who: Who,
-    stage: Mutex<Stage>,
-}
-
-enum Stage {
-    /// Queued in the local scope, not yet known to the waiter (`woken`: the local scope
-    /// woke it meanwhile).
-    Starting { woken: bool },
-    /// Waiting in the local scope.
-    Local(Box<dyn RawWaiter>),
-    /// Holding locally, waiting at the gate (no ticket: the manager shut down).
-    Gate(Option<Arc<Ticket>>),
-    /// Holding, gate entered.
-    Held,
-    /// Gave up.
-    Left,
-}
-
-/// How the local scope wakes a task's acquire: a task is woken once, when its wait ends
-/// (the binding completes a future), so a local grant must not wake it while it still
-/// waits at the gate. This waker takes the acquire to the gate in the waking thread and
-/// wakes the task only once it entered (or the manager failed); a thread needs no such
-/// care, as it looks at its status each time it wakes.
-struct LocalBell(std::sync::Weak<Waiting>);
-
-impl std::task::Wake for LocalBell {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref()
+    fn enter_now(&self, key: &Key, mode: Mode) -> bool {
+        Keeper::enter_now(self, key, mode)
     }
 
-    fn wake_by_ref(self: &Arc<Self>) {
-        if let Some(w) = self.0.upgrade() {
-            w.advance();
-        }
-    }
-}
-
-impl Waiting {
-    fn stage(&self) -> MutexGuard<'_, Stage> {
-        self.stage.lock().unwrap_or_else(|e| e.into_inner())
+    fn register(&self, key: &Key, mode: Mode, notify: Notify, who: Who) -> Option<Arc<Ticket>> {
+        Keeper::register(self, key, mode, notify, who)
     }
 
-    /// Holding locally: enter the gate, or leave a ticket.
-    fn at_gate(&self) -> Stage {
-        let k = &self.client.keeper;
-        if k.enter_now(&self.key, self.mode) {
-            return Stage::Held;
-        }
-        Stage::Gate(k.register(&self.key, self.mode, self.notify.clone(), self.who.clone()))
+    fn withdraw(&self, key: &Key, ticket: &Arc<Ticket>) -> bool {
+        Keeper::withdraw(self, key, ticket)
     }
 
-    /// Where the wait stands once the local scope says `local`: a local grant goes on to
-    /// the gate (entered, or a ticket left there).
-    fn after_local(&self, stage: &mut Stage, local: Status) -> Status {
-        if local != Status::Granted {
-            return local;
-        }
-        *stage = self.at_gate();
-        if matches!(*stage, Stage::Held) {
-            Status::Granted
-        } else {
-            Status::Waiting
-        }
+    fn leave(&self, key: &Key) {
+        Keeper::leave(self, key)
     }
 
-    /// Give back a local hold that never entered the gate.
-    fn give_back(&self) {
-        self.client.local().unlock(&self.key, self.mode);
-        self.client.keeper.settle_key(&self.key);
-    }
-
-    /// The local scope woke a task's acquire (see `LocalBell`).
-    fn advance(&self) {
-        let mut stage = self.stage();
-        let wake = match &mut *stage {
-            Stage::Starting { woken } => {
-                *woken = true;
-                false
-            }
-            Stage::Local(w) => {
-                let local = w.status();
-                match self.after_local(&mut stage, local) {
-                    Status::Granted | Status::Retry => true,
-                    // Still waiting (locally or at the gate): woken only if its manager
-                    // closed (or failed) meanwhile.
-                    Status::Waiting => self.client.failure().is_some(),
-                }
-            }
-            _ => false,
-        };
-        drop(stage);
-        if wake {
-            self.notify.wake();
-        }
-    }
-}
-
-impl RawWaiter for FileWaiter {
-    fn status(&self) -> Status {
-        let w = &self.0;
-        let mut stage = w.stage();
-        match &*stage {
-            Stage::Local(local) => {
-                let local = local.status();
-                w.after_local(&mut stage, local)
-            }
-            Stage::Gate(Some(t)) => {
-                // ORDERING: pairs with the Release store in `grant_all`.
-                if t.granted.load(Ordering::Acquire) {
-                    *stage = Stage::Held;
-                    Status::Granted
-                } else {
-                    Status::Waiting
-                }
-            }
-            Stage::Starting { .. } | Stage::Gate(None) | Stage::Left => Status::Waiting,
-            Stage::Held => Status::Granted,
-        }
-    }
-
-    fn abandon(&self) -> bool {
-        let w = &self.0;
-        let mut stage = w.stage();
-        match std::mem::replace(&mut *stage, Stage::Left) {
-            Stage::Local(local) => {
-                if local.abandon() {
-                    // One waiter less: a hold kept for local demand may have none left.
-                    w.client.keeper.settle_key(&w.key);
-                } else {
-                    // Handed the local hold first: give it back.
-                    w.give_back();
-                }
-                true
-            }
-            Stage::Gate(Some(t)) => {
-                if w.client.keeper.withdraw(&w.key, &t) {
-                    w.give_back();
-                    true
-                } else {
-                    *stage = Stage::Held;
-                    false
-                }
-            }
-            Stage::Gate(None) => {
-                w.give_back();
-                true
-            }
-            Stage::Held => {
-                *stage = Stage::Held;
-                false
-            }
-            Stage::Starting { .. } | Stage::Left => true,
-        }
+    fn settle_key(&self, key: &Key) {
+        Keeper::settle_key(self, key)
     }
 
     /// A thread at the gate sleeps on its manager's doorbell, which every release of a
     /// name it waits for rings, and tries to enter for itself when woken (or after
     /// `CRASH_CHECK`, which also bounds how long a token's cancellation, which unparks
-    /// the thread, may take to be seen). Elsewhere it parks as every waiter does.
-    fn park(&self, until: Option<Instant>) {
-        let w = &self.0;
-        let ticket = match &*w.stage() {
-            Stage::Gate(Some(t)) if t.own => t.clone(),
-            _ => return super::sync::park_until(until),
-        };
-        let k = &w.client.keeper;
-        let bell = &k.table.client(k.me).doorbell;
+    /// the thread, may take to be seen).
+    fn park_at_gate(&self, key: &Key, ticket: &Arc<Ticket>, until: Option<Instant>) {
+        let bell = &self.table.client(self.me).doorbell;
         // ORDERING: read before the try, so a ring after it ends the sleep.
         let seen = bell.load(Ordering::SeqCst);
-        let Some(most) = k.enter_for(&w.key, &ticket) else {
+        let Some(most) = self.enter_for(key, ticket) else {
             return;
         };
         let now = Instant::now();
@@ -1060,177 +859,28 @@ impl RawWaiter for FileWaiter {
         }
     }
 
-    fn compete(&self) -> bool {
-        let w = &self.0;
-        let mut stage = w.stage();
-        let Stage::Local(local) = &*stage else {
-            return false;
-        };
-        if !local.compete() {
-            return false;
-        }
-        *stage = w.at_gate();
-        matches!(*stage, Stage::Held)
-    }
-}
-
-impl Session for FileClient {
-    fn try_lock(&self, key: &Key, mode: Mode) -> bool {
-        if !self.local().try_lock(key, mode) {
-            return false;
-        }
-        if self.keeper.enter_now(key, mode) {
-            return true;
-        }
-        self.local().unlock(key, mode);
-        self.keeper.settle_key(key);
-        false
+    fn collect(&self, prefix: &str) -> Vec<Info> {
+        Keeper::collect(self, prefix)
     }
 
-    fn try_lock_recorded(&self, key: &Key, mode: Mode, who: Who) -> Option<Result<u64, Failure>> {
-        if !Session::try_lock(self, key, mode) {
-            return None;
-        }
-        Some(self.take_up(key, mode, false, who))
+    fn shutdown(&self) {
+        Keeper::shutdown(self);
+        self.stop_agent();
     }
 
-    fn unlock(&self, key: &Key, mode: Mode) -> bool {
-        let released = self.local().unlock(key, mode);
-        if released {
-            self.keeper.leave(key);
-        }
-        released
-    }
-
-    fn enqueue(
-        self: Arc<Self>,
-        key: &Key,
-        mode: Mode,
-        notify: Notify,
-        compete: Compete,
-    ) -> Enqueued<Box<dyn RawWaiter>> {
-        let who = Who::thread();
-        let waiting = Arc::new(Waiting {
-            client: self.clone(),
-            key: key.clone(),
-            mode,
-            notify: notify.clone(),
-            who: who.clone(),
-            stage: Mutex::new(Stage::Starting { woken: false }),
-        });
-        let local_notify = match notify {
-            Notify::Thread(_) => notify,
-            Notify::Task(_) => Notify::Task(std::task::Waker::from(Arc::new(LocalBell(
-                Arc::downgrade(&waiting),
-            )))),
-        };
-        match self
-            .local()
-            .clone()
-            .enqueue(key, mode, local_notify, compete)
-        {
-            Enqueued::Queued(local) => {
-                let woken = {
-                    let mut stage = waiting.stage();
-                    let woken = matches!(*stage, Stage::Starting { woken: true });
-                    *stage = Stage::Local(local);
-                    woken
-                };
-                if woken {
-                    waiting.advance();
-                }
-            }
-            Enqueued::Acquired => {
-                if self.keeper.enter_now(key, mode) {
-                    return Enqueued::Acquired;
-                }
-                let ticket = self.keeper.register(key, mode, waiting.notify.clone(), who);
-                *waiting.stage() = Stage::Gate(ticket);
-            }
-        }
-        Enqueued::Queued(Box::new(FileWaiter(waiting)))
-    }
-
-    fn record(&self, key: &Key, mode: Mode, scoped: bool, who: Who) -> Result<u64, Failure> {
-        self.take_up(key, mode, scoped, who)
-    }
-
-    fn release(&self, key: &Key, mode: Mode, fence: u64) -> bool {
-        let released = self.local().release(key, mode, fence);
-        if released {
-            self.keeper.leave(key);
-        }
-        released
-    }
-
-    fn release_scoped(&self, key: &Key, mode: Mode, who: &Who) -> bool {
-        let released = self.local().release_scoped(key, mode, who);
-        if released {
-            self.keeper.leave(key);
-        }
-        released
-    }
-
-    fn lost(&self, key: &Key, fence: u64) -> Lost {
-        self.local().lost(key, fence)
-    }
-
-    fn statistics(&self, key: &Key, mode: Mode) -> Statistics {
-        let infos = self.keeper.collect(key.name());
-        let mine = infos.iter().filter(|i| *i.name == *key.name());
-        let (mut holders, mut waiting) = (0, 0);
-        for i in mine {
-            if !i.held {
-                waiting += 1;
-            } else if i.mode == mode {
-                holders += 1;
-            }
-        }
-        Statistics {
-            locked: holders > 0,
-            holders,
-            waiting,
-        }
-    }
-
-    fn tag_hold(&self, key: &Key, mode: Mode, tag: u64) {
-        self.local().tag_hold(key, mode, tag)
-    }
-
-    fn untag_hold(&self, key: &Key, mode: Mode, tag: u64) {
-        self.local().untag_hold(key, mode, tag)
-    }
-
-    fn has_tagged_hold(&self, key: &Key, mode: Mode, tag: u64) -> bool {
-        self.local().has_tagged_hold(key, mode, tag)
-    }
-
-    fn query(&self, prefix: &str) -> Vec<Info> {
-        self.keeper.collect(prefix)
-    }
-
-    fn close(&self, reason: Reason) -> usize {
-        // Local holds end first (each released locally, its `lost` cancelled); then the
-        // kernel holds go, and the tickets are woken to find the manager closed.
-        let ended = self.local().close(reason);
-        self.keeper.shutdown();
-        self.keeper.stop_agent();
-        ended
+    fn dropped(&self) {
+        self.stop_agent();
     }
 
     fn failure(&self) -> Option<Failure> {
-        let k = &self.keeper;
-        if let Some(f) = Session::failure(&**self.local()) {
-            return Some(f);
-        }
-        if k.forked() {
+        if self.forked() {
             return Some(Failure(
                 "this LockManager was made before fork() in the parent process; make a new \
                  LockManager in the child"
                     .to_owned(),
             ));
         }
-        k.broken.get().cloned()
+        self.broken.get().cloned()
     }
 }
 
@@ -1250,6 +900,7 @@ mod tests {
                     task: Some(Arc::from("Task-1")),
                 },
                 pid: 1,
+                host: None,
                 since: 12.5,
             },
             Info {
@@ -1261,6 +912,7 @@ mod tests {
                     task: None,
                 },
                 pid: 1,
+                host: None,
                 since: 13.0,
             },
         ];

@@ -237,12 +237,15 @@ fn unpin_found(
 
 /// Every named lock of the in-process scope: one per process ([`MemoryScope::get`]);
 /// every manager of `"memory:"` is a client of the same locks.
+/// A wider scope's source of fences: the next fence of a hold of the key just taken.
+type Fences = dyn Fn(&Key) -> u64 + Send + Sync;
+
 pub struct MemoryScope {
     shards: Box<[Mutex<Table>]>,
     clients: AtomicU64,
     /// Where fences come from when not from the shards' counters: a scope that is one
     /// process's part of a wider one (`file.rs`) takes them from the wider scope.
-    fences: Option<Box<dyn Fn() -> u64 + Send + Sync>>,
+    fences: Option<Box<Fences>>,
     /// The slots' grant policy: FIFO hand-off, as a lock shared by name is expected to
     /// be, except where the scope is one process's part of a wider one (see `private`).
     policy: Policy,
@@ -264,7 +267,7 @@ impl MemoryScope {
     /// waiter wakes (`Policy::Barging`, as `threading.Lock`): the wider scope's hold is
     /// then passed on without a context switch, and the slot's own ~1 ms "time to be
     /// fair" still bounds how long a waiter can be passed over.
-    pub(crate) fn private(fences: impl Fn() -> u64 + Send + Sync + 'static) -> MemoryScope {
+    pub(crate) fn private(fences: impl Fn(&Key) -> u64 + Send + Sync + 'static) -> MemoryScope {
         MemoryScope {
             fences: Some(Box::new(fences)),
             policy: Policy::Barging,
@@ -299,6 +302,7 @@ impl MemoryScope {
                     held: true,
                     who: h.who.clone(),
                     pid,
+                    host: None,
                     since: h.since,
                 }));
                 out.extend(e.waits.iter().map(|w| Info {
@@ -307,6 +311,7 @@ impl MemoryScope {
                     held: false,
                     who: w.who.clone(),
                     pid,
+                    host: None,
                     since: w.since,
                 }));
             }
@@ -489,7 +494,7 @@ impl View<'_> {
         since: f64,
     ) -> u64 {
         let fence = match &self.client.scope.fences {
-            Some(next) => next(),
+            Some(next) => next(self.key),
             None => {
                 *last += 1;
                 *last
@@ -846,6 +851,37 @@ impl Session for MemoryClient {
 }
 
 impl MemoryClient {
+    /// End this client's recorded holds of `key`: each `lost` token is cancelled with
+    /// `reason` and the name goes to the next local waiter. For a wider scope whose own
+    /// hold of the name ended without a release (a lost database session). Returns how
+    /// many ended.
+    pub(crate) fn end_holds(&self, key: &Key, reason: &Reason) -> usize {
+        let mut releases = Vec::new();
+        {
+            let mut table = locked(self.scope.shard(key.hash()));
+            if let Some(e) = table.entries.find_mut(key.hash(), same(key)) {
+                let mut i = 0;
+                while i < e.holds.len() {
+                    if e.holds[i].client == self.id {
+                        let h = e.holds.swap_remove(i);
+                        releases.push((e.slot.clone(), h.mode, h.lost));
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+        }
+        let ended = releases.len();
+        // Out of the mutex, as in `end_all`.
+        for (slot, mode, lost) in releases {
+            self.view(key, mode).release_handing_off(slot);
+            if let Some(t) = lost {
+                t.cancel(reason.clone());
+            }
+        }
+        ended
+    }
+
     /// Whether anybody holds `key` (in either mode, recorded or not) or waits for it.
     pub(crate) fn in_demand(&self, key: &Key) -> bool {
         self.view(key, Mode::Exclusive)

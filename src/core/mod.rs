@@ -19,6 +19,8 @@
 
 pub mod acquire;
 pub mod cancel;
+#[cfg(all(not(loom), target_os = "linux"))]
+pub(crate) mod cohort;
 pub mod deadline;
 pub mod error;
 #[cfg(all(not(loom), target_os = "linux"))]
@@ -33,6 +35,10 @@ pub(crate) mod memory;
 #[cfg(not(loom))]
 pub mod named;
 pub mod park;
+#[cfg(all(not(loom), target_os = "linux"))]
+pub(crate) mod pg;
+#[cfg(all(not(loom), target_os = "linux"))]
+pub(crate) mod pg_url;
 pub(crate) mod queue;
 pub mod raw;
 pub(crate) mod runner;

@@ -141,6 +141,8 @@ pub struct Info {
     pub who: Who,
     /// The process of the holder or waiter (this one, except at scopes wider than it).
     pub pid: u32,
+    /// Its machine, when the scope knows it is another one (`None`: this machine).
+    pub host: Option<Arc<str>>,
     /// Seconds since the Unix epoch at the grant or at the start of the wait.
     pub since: f64,
 }

@@ -24,8 +24,16 @@ pub(crate) fn reason(obj: Py<PyAny>) -> Reason {
 
 /// The Python object behind a reason (`None` for one that did not come from Python).
 pub(crate) fn reason_object(py: Python<'_>, r: &Reason) -> Py<PyAny> {
-    match r.downcast_ref::<PyReason>() {
-        Some(p) => p.0.clone_ref(py),
+    if let Some(p) = r.downcast_ref::<PyReason>() {
+        return p.0.clone_ref(py);
+    }
+    // A hold the core found lost (a database session gone): a BackendError saying why.
+    match r.downcast_ref::<crate::core::named::Failure>() {
+        Some(f) => py
+            .get_type::<BackendError>()
+            .call1((f.0.as_str(),))
+            .map(|e| e.unbind())
+            .unwrap_or_else(|_| py.None()),
         None => py.None(),
     }
 }

@@ -46,7 +46,10 @@ use super::unlock::PyUnlock;
 #[pyclass(name = "LockManager", module = "ctxlock", frozen, weakref)]
 pub(crate) struct PyLockManager {
     session: Arc<dyn Session>,
+    /// The url as shown: without its password.
     url: String,
+    /// The url as given, for pickling only (a child process connects with it).
+    given: String,
     closed: AtomicBool,
 }
 
@@ -68,20 +71,22 @@ impl PyLockManager {
 impl PyLockManager {
     #[new]
     #[pyo3(signature = (url = None))]
-    fn new(url: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
-        let url = match url {
+    fn new(py: Python<'_>, url: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let given = match url {
             None => "memory:".to_owned(),
             Some(u) => a_str(u, "LockManager url must be a str or None")?
                 .to_str()?
                 .to_owned(),
         };
-        let session = connect(&url).map_err(|e| match e {
+        // A server scope connects here: the GIL is not held meanwhile.
+        let (session, url) = py.detach(|| connect(&given)).map_err(|e| match e {
             ConnectError::BadUrl(why) => PyValueError::new_err(why),
             ConnectError::Backend(why) => BackendError::new_err((why,)),
         })?;
         Ok(PyLockManager {
             session,
             url,
+            given,
             closed: AtomicBool::new(false),
         })
     }
@@ -214,11 +219,13 @@ pub(crate) struct PyLockInfo {
 
 impl PyLockInfo {
     fn new(i: Info, host: &str, threads: &[(u64, String)]) -> PyLockInfo {
-        let mut owner = format!("{host}:{}", i.pid);
-        // Thread names are known for this process's threads only.
-        let here = i.pid == std::process::id();
+        let mut owner = format!("{}:{}", i.host.as_deref().unwrap_or(host), i.pid);
+        // Thread names are known for this process's threads only; a scope wider than the
+        // machine may know no thread (0).
+        let here = i.pid == std::process::id() && i.host.is_none();
         match threads.iter().find(|(id, _)| here && *id == i.who.thread) {
             Some((_, name)) => owner += &format!(" thread {name:?}"),
+            None if i.who.thread == 0 => {}
             None => owner += &format!(" thread {}", i.who.thread),
         }
         if let Some(task) = &i.who.task {
@@ -415,7 +422,7 @@ impl PyNamedSharableLock {
 /// restore function and its arguments, or a `TypeError` for a scope of this process only.
 /// The rules are there. Looked up at each call (pickling is rare), so a test can replace it.
 fn reduce<'py>(py: Python<'py>, lock: &PyNamedLock, which: &str) -> PyResult<Bound<'py, PyAny>> {
-    let url = lock.manager.get().url.as_str();
+    let url = lock.manager.get().given.as_str();
     py.import("ctxlock._restore")?
         .getattr("_reduce")?
         .call1((url, lock.name.bind(py), which))

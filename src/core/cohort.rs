@@ -1,0 +1,474 @@
+//! The cohort: a scope wider than the process, as one manager (a client) sees it.
+//!
+//! Two levels, one per owner:
+//! - **the wider scope** (the kernel for `file.rs`, the database server for `pg.rs`) owns
+//!   the manager's hold of a name, shared or exclusive: the manager's *gate* of the name;
+//! - **the process** owns the queue: a private in-process scope (`memory.rs`, the same
+//!   tables, records, fences and close as `memory:`) orders the manager's own threads and
+//!   tasks. A thread or task first takes the name in that scope, then enters the gate:
+//!   the wider hold, taken by the first local holder and released after the last, or
+//!   passed on among local holders without asking the wider scope (each scope bounds
+//!   that pass-on so that no client locks the others out).
+//!
+//! A local holder that cannot enter the gate at once leaves a *ticket* there, which the
+//! scope grants later (`Gatekeeper`). Either way the wait, its deadline and its
+//! cancellation are the in-process ones: a waiter that gives up withdraws its ticket and
+//! gives its local hold back. This file holds what every such scope shares: the
+//! `Session` over a private scope and a `Gatekeeper`, and the waiter that goes from the
+//! local queue to the gate; the scopes hold only what their wider owner needs.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use super::cancel::Reason;
+use super::memory::MemoryClient;
+use super::named::{Failure, Info, Key, Lost, Session, Who};
+use super::raw::{Compete, Enqueued, Notify, RawWaiter, Status};
+use super::stats::Statistics;
+use super::waiter::Mode;
+
+/// A local holder waiting to enter a gate.
+pub(crate) struct Ticket {
+    pub mode: Mode,
+    pub notify: Notify,
+    /// A blocked thread's ticket that the thread enters for itself, sleeping in
+    /// `Gatekeeper::park_at_gate` between tries; otherwise the scope enters for it and
+    /// wakes it through `notify`.
+    pub own: bool,
+    /// Set (under the gatekeeper's mutex) when the gate was entered for it.
+    pub granted: AtomicBool,
+    pub who: Who,
+    pub since: f64,
+}
+
+impl Ticket {
+    pub fn new(mode: Mode, notify: Notify, own: bool, who: Who) -> Arc<Ticket> {
+        Arc::new(Ticket {
+            mode,
+            notify,
+            own,
+            granted: AtomicBool::new(false),
+            who,
+            since: super::named::now(),
+        })
+    }
+
+    /// The gate was entered for it (its holder may now use the hold).
+    pub fn is_granted(&self) -> bool {
+        // ORDERING: pairs with the Release store in `grant`.
+        self.granted.load(Ordering::Acquire)
+    }
+
+    /// Mark it granted, to be woken by the caller out of the gatekeeper's mutex.
+    pub fn grant(&self) {
+        // ORDERING: Release pairs with the waiter's Acquire load in `is_granted`.
+        self.granted.store(true, Ordering::Release);
+    }
+}
+
+/// What a wider scope does for a manager's gates: the one thing that differs between
+/// the file scope and the PostgreSQL scope.
+pub(crate) trait Gatekeeper: Send + Sync + Sized + 'static {
+    /// The manager's private in-process scope.
+    fn local(&self) -> &Arc<MemoryClient>;
+    /// Enter `key`'s gate now for one local holder that just took the name locally.
+    fn enter_now(&self, key: &Key, mode: Mode) -> bool;
+    /// Leave a ticket for a local holder that could not enter (`None`: the manager shut
+    /// down; its holder finds the failure).
+    fn register(&self, key: &Key, mode: Mode, notify: Notify, who: Who) -> Option<Arc<Ticket>>;
+    /// Take a ticket back (its holder gives up). False if it was granted first.
+    fn withdraw(&self, key: &Key, ticket: &Arc<Ticket>) -> bool;
+    /// A local hold that entered the gate ended (its local release done).
+    fn leave(&self, key: &Key);
+    /// A local hold that never entered the gate ended, or a local waiter left.
+    fn settle_key(&self, key: &Key);
+    /// A thread whose ticket is its own (`Ticket::own`) waits here until its ticket may
+    /// have been granted, `until` at the latest.
+    fn park_at_gate(&self, key: &Key, ticket: &Arc<Ticket>, until: Option<Instant>) {
+        let _ = (key, ticket);
+        super::sync::park_until(until)
+    }
+    /// Every hold and waiter of every client of the scope whose name starts with `prefix`.
+    fn collect(&self, prefix: &str) -> Vec<Info>;
+    /// End this client's part of the scope (after its local holds ended): give every
+    /// wider hold back, fail the tickets, stop its helpers.
+    fn shutdown(&self);
+    /// The manager is gone without a close (its helpers stop).
+    fn dropped(&self);
+    /// Why this client's gates cannot be entered, if they cannot.
+    fn failure(&self) -> Option<Failure>;
+}
+
+/// The tickets of a gate this manager's agent (or a thread of its own) granted.
+pub(crate) fn wake(tickets: Vec<Arc<Ticket>>) {
+    for t in tickets {
+        t.notify.wake();
+    }
+}
+
+/// A manager of a wider scope: its private in-process scope behind its gates.
+pub(crate) struct Cohort<K: Gatekeeper> {
+    pub keeper: Arc<K>,
+}
+
+impl<K: Gatekeeper> Cohort<K> {
+    fn local(&self) -> &Arc<MemoryClient> {
+        self.keeper.local()
+    }
+
+    /// Take up a hold just taken (locally and at the gate): record it, or give it back.
+    fn take_up(&self, key: &Key, mode: Mode, scoped: bool, who: Who) -> Result<u64, Failure> {
+        let r = self.local().record(key, mode, scoped, who);
+        if r.is_err() {
+            // The record gave the local hold back already.
+            self.keeper.leave(key);
+        }
+        r
+    }
+}
+
+impl<K: Gatekeeper> Drop for Cohort<K> {
+    fn drop(&mut self) {
+        self.keeper.dropped();
+    }
+}
+
+/// A queued acquire: first the local scope's, then (as a ticket) the gate's.
+struct CohortWaiter<K: Gatekeeper>(Arc<Waiting<K>>);
+
+struct Waiting<K: Gatekeeper> {
+    client: Arc<Cohort<K>>,
+    key: Key,
+    mode: Mode,
+    /// How the acquire is woken.
+    notify: Notify,
+    who: Who,
+    stage: Mutex<Stage>,
+}
+
+enum Stage {
+    /// Queued in the local scope, not yet known to the waiter (`woken`: the local scope
+    /// woke it meanwhile).
+    Starting { woken: bool },
+    /// Waiting in the local scope.
+    Local(Box<dyn RawWaiter>),
+    /// Holding locally, waiting at the gate (no ticket: the manager shut down).
+    Gate(Option<Arc<Ticket>>),
+    /// Holding, gate entered.
+    Held,
+    /// Gave up.
+    Left,
+}
+
+/// How the local scope wakes a task's acquire: a task is woken once, when its wait ends
+/// (the binding completes a future), so a local grant must not wake it while it still
+/// waits at the gate. This waker takes the acquire to the gate in the waking thread and
+/// wakes the task only once it entered (or the manager failed); a thread needs no such
+/// care, as it looks at its status each time it wakes.
+struct LocalBell<K: Gatekeeper>(std::sync::Weak<Waiting<K>>);
+
+impl<K: Gatekeeper> std::task::Wake for LocalBell<K> {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Some(w) = self.0.upgrade() {
+            w.advance();
+        }
+    }
+}
+
+impl<K: Gatekeeper> Waiting<K> {
+    fn stage(&self) -> MutexGuard<'_, Stage> {
+        self.stage.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Holding locally: enter the gate, or leave a ticket.
+    fn at_gate(&self) -> Stage {
+        let k = &self.client.keeper;
+        if k.enter_now(&self.key, self.mode) {
+            return Stage::Held;
+        }
+        Stage::Gate(k.register(&self.key, self.mode, self.notify.clone(), self.who.clone()))
+    }
+
+    /// Where the wait stands once the local scope says `local`: a local grant goes on to
+    /// the gate (entered, or a ticket left there).
+    fn after_local(&self, stage: &mut Stage, local: Status) -> Status {
+        if local != Status::Granted {
+            return local;
+        }
+        *stage = self.at_gate();
+        if matches!(*stage, Stage::Held) {
+            Status::Granted
+        } else {
+            Status::Waiting
+        }
+    }
+
+    /// Give back a local hold that never entered the gate.
+    fn give_back(&self) {
+        self.client.local().unlock(&self.key, self.mode);
+        self.client.keeper.settle_key(&self.key);
+    }
+
+    /// The local scope woke a task's acquire (see `LocalBell`).
+    fn advance(&self) {
+        let mut stage = self.stage();
+        let wake = match &mut *stage {
+            Stage::Starting { woken } => {
+                *woken = true;
+                false
+            }
+            Stage::Local(w) => {
+                let local = w.status();
+                match self.after_local(&mut stage, local) {
+                    Status::Granted | Status::Retry => true,
+                    // Still waiting (locally or at the gate): woken only if its manager
+                    // closed (or failed) meanwhile.
+                    Status::Waiting => Session::failure(&*self.client).is_some(),
+                }
+            }
+            _ => false,
+        };
+        drop(stage);
+        if wake {
+            self.notify.wake();
+        }
+    }
+}
+
+impl<K: Gatekeeper> RawWaiter for CohortWaiter<K> {
+    fn status(&self) -> Status {
+        let w = &self.0;
+        let mut stage = w.stage();
+        match &*stage {
+            Stage::Local(local) => {
+                let local = local.status();
+                w.after_local(&mut stage, local)
+            }
+            Stage::Gate(Some(t)) => {
+                if t.is_granted() {
+                    *stage = Stage::Held;
+                    Status::Granted
+                } else {
+                    Status::Waiting
+                }
+            }
+            Stage::Starting { .. } | Stage::Gate(None) | Stage::Left => Status::Waiting,
+            Stage::Held => Status::Granted,
+        }
+    }
+
+    fn abandon(&self) -> bool {
+        let w = &self.0;
+        let mut stage = w.stage();
+        match std::mem::replace(&mut *stage, Stage::Left) {
+            Stage::Local(local) => {
+                if local.abandon() {
+                    // One waiter less: a hold kept for local demand may have none left.
+                    w.client.keeper.settle_key(&w.key);
+                } else {
+                    // Handed the local hold first: give it back.
+                    w.give_back();
+                }
+                true
+            }
+            Stage::Gate(Some(t)) => {
+                if w.client.keeper.withdraw(&w.key, &t) {
+                    w.give_back();
+                    true
+                } else {
+                    *stage = Stage::Held;
+                    false
+                }
+            }
+            Stage::Gate(None) => {
+                w.give_back();
+                true
+            }
+            Stage::Held => {
+                *stage = Stage::Held;
+                false
+            }
+            Stage::Starting { .. } | Stage::Left => true,
+        }
+    }
+
+    /// A thread whose ticket is its own waits in its gatekeeper; elsewhere it parks as
+    /// every waiter does.
+    fn park(&self, until: Option<Instant>) {
+        let w = &self.0;
+        let ticket = match &*w.stage() {
+            Stage::Gate(Some(t)) if t.own => t.clone(),
+            _ => return super::sync::park_until(until),
+        };
+        w.client.keeper.park_at_gate(&w.key, &ticket, until)
+    }
+
+    fn compete(&self) -> bool {
+        let w = &self.0;
+        let mut stage = w.stage();
+        let Stage::Local(local) = &*stage else {
+            return false;
+        };
+        if !local.compete() {
+            return false;
+        }
+        *stage = w.at_gate();
+        matches!(*stage, Stage::Held)
+    }
+}
+
+impl<K: Gatekeeper> Session for Cohort<K> {
+    fn try_lock(&self, key: &Key, mode: Mode) -> bool {
+        if !self.local().try_lock(key, mode) {
+            return false;
+        }
+        if self.keeper.enter_now(key, mode) {
+            return true;
+        }
+        self.local().unlock(key, mode);
+        self.keeper.settle_key(key);
+        false
+    }
+
+    fn try_lock_recorded(&self, key: &Key, mode: Mode, who: Who) -> Option<Result<u64, Failure>> {
+        if !Session::try_lock(self, key, mode) {
+            return None;
+        }
+        Some(self.take_up(key, mode, false, who))
+    }
+
+    fn unlock(&self, key: &Key, mode: Mode) -> bool {
+        let released = self.local().unlock(key, mode);
+        if released {
+            self.keeper.leave(key);
+        }
+        released
+    }
+
+    fn enqueue(
+        self: Arc<Self>,
+        key: &Key,
+        mode: Mode,
+        notify: Notify,
+        compete: Compete,
+    ) -> Enqueued<Box<dyn RawWaiter>> {
+        let who = Who::thread();
+        let waiting = Arc::new(Waiting {
+            client: self.clone(),
+            key: key.clone(),
+            mode,
+            notify: notify.clone(),
+            who: who.clone(),
+            stage: Mutex::new(Stage::Starting { woken: false }),
+        });
+        let local_notify = match notify {
+            Notify::Thread(_) => notify,
+            Notify::Task(_) => Notify::Task(std::task::Waker::from(Arc::new(LocalBell(
+                Arc::downgrade(&waiting),
+            )))),
+        };
+        match self
+            .local()
+            .clone()
+            .enqueue(key, mode, local_notify, compete)
+        {
+            Enqueued::Queued(local) => {
+                let woken = {
+                    let mut stage = waiting.stage();
+                    let woken = matches!(*stage, Stage::Starting { woken: true });
+                    *stage = Stage::Local(local);
+                    woken
+                };
+                if woken {
+                    waiting.advance();
+                }
+            }
+            Enqueued::Acquired => {
+                if self.keeper.enter_now(key, mode) {
+                    return Enqueued::Acquired;
+                }
+                let ticket = self.keeper.register(key, mode, waiting.notify.clone(), who);
+                *waiting.stage() = Stage::Gate(ticket);
+            }
+        }
+        Enqueued::Queued(Box::new(CohortWaiter(waiting)))
+    }
+
+    fn record(&self, key: &Key, mode: Mode, scoped: bool, who: Who) -> Result<u64, Failure> {
+        self.take_up(key, mode, scoped, who)
+    }
+
+    fn release(&self, key: &Key, mode: Mode, fence: u64) -> bool {
+        let released = self.local().release(key, mode, fence);
+        if released {
+            self.keeper.leave(key);
+        }
+        released
+    }
+
+    fn release_scoped(&self, key: &Key, mode: Mode, who: &Who) -> bool {
+        let released = self.local().release_scoped(key, mode, who);
+        if released {
+            self.keeper.leave(key);
+        }
+        released
+    }
+
+    fn lost(&self, key: &Key, fence: u64) -> Lost {
+        self.local().lost(key, fence)
+    }
+
+    fn statistics(&self, key: &Key, mode: Mode) -> Statistics {
+        let infos = self.keeper.collect(key.name());
+        let mine = infos.iter().filter(|i| *i.name == *key.name());
+        let (mut holders, mut waiting) = (0, 0);
+        for i in mine {
+            if !i.held {
+                waiting += 1;
+            } else if i.mode == mode {
+                holders += 1;
+            }
+        }
+        Statistics {
+            locked: holders > 0,
+            holders,
+            waiting,
+        }
+    }
+
+    fn tag_hold(&self, key: &Key, mode: Mode, tag: u64) {
+        self.local().tag_hold(key, mode, tag)
+    }
+
+    fn untag_hold(&self, key: &Key, mode: Mode, tag: u64) {
+        self.local().untag_hold(key, mode, tag)
+    }
+
+    fn has_tagged_hold(&self, key: &Key, mode: Mode, tag: u64) -> bool {
+        self.local().has_tagged_hold(key, mode, tag)
+    }
+
+    fn query(&self, prefix: &str) -> Vec<Info> {
+        self.keeper.collect(prefix)
+    }
+
+    fn close(&self, reason: Reason) -> usize {
+        // Local holds end first (each released locally, its `lost` cancelled); then the
+        // wider holds go, and the tickets are woken to find the manager closed.
+        let ended = self.local().close(reason);
+        self.keeper.shutdown();
+        ended
+    }
+
+    fn failure(&self) -> Option<Failure> {
+        if let Some(f) = Session::failure(&**self.local()) {
+            return Some(f);
+        }
+        self.keeper.failure()
+    }
+}

@@ -1,0 +1,1295 @@
+//! The scope of many machines (`LockManager("postgresql://…")`): PostgreSQL's
+//! session-level advisory locks behind each manager's cohort (`cohort.rs`).
+//!
+//! - **The server owns each manager's hold of a name**: an advisory lock on the name's
+//!   64-bit key (`key_of`), shared or exclusive, held by one of the manager's own
+//!   sessions, and freed by the server when that session ends, whatever the way.
+//! - **Connections.** A manager owns its sessions; none comes from or goes to a pool of
+//!   the application. The *main* session takes names that are free (`pg_try_advisory_lock*`,
+//!   one round trip) and gives them back; each name that must be waited for gets one
+//!   waiting session of its own (at most one per name per manager), run by a short-lived
+//!   thread: the wait is a blocking `pg_advisory_lock*` in the server's queue, which keeps
+//!   the server's order (and its rule that a queued exclusive request holds later shared
+//!   ones back). A granted wait keeps its hold on that session until the name is let go;
+//!   idle waiting sessions are kept for the next wait.
+//! - **Giving up**: a waiter that gives up (deadline, token, task cancelled) withdraws
+//!   its ticket; when the last ticket of a name is withdrawn the server's wait is
+//!   cancelled with the protocol's cancel request, from another thread. Whatever the
+//!   outcome of a wait that was cancelled or failed, its session then runs
+//!   `pg_advisory_unlock_all()` (a waiting session holds nothing else), or is closed if
+//!   that fails: a grant that raced the cancel is never kept.
+//! - **Cohort**: the hold is passed on among the manager's threads and tasks without a
+//!   round trip for up to `MAX_HANDOFFS` hand-offs and `MAX_KEEP` from the server's
+//!   grant (a batch); then one round trip asks whether another client waits for the name
+//!   (`pg_locks`): if so it goes back to the server, where the others are queued ahead of
+//!   this manager's next request; if not, a new batch starts.
+//! - **Fences** come from the sequence `ctxlock_fence` in the grant's round trip:
+//!   `fence = value << FENCE_SHIFT | n` for the n-th local grant of that server grant.
+//! - **Lost holds**: a watchdog pings every session that holds a name every
+//!   `PING_EVERY`; a session found dead (terminated, server gone, network lost; TCP
+//!   keepalives bound the silent case) ends the local holds of its names, each `lost`
+//!   token cancelled with a `BackendError`. The next acquire connects again.
+//! - **Introspection** reads `pg_locks`, with `ctxlock_names` (key → name, written the
+//!   first time a manager uses a name) and each session's `application_name`
+//!   ("ctxlock host:pid") to say who holds.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hashbrown::HashTable;
+use postgres::{CancelToken, Client, SimpleQueryMessage, Statement};
+
+use super::cohort::{Cohort, Gatekeeper, Ticket};
+use super::memory::{MemoryClient, MemoryScope};
+use super::named::{Failure, Info, Key, Session, Who};
+use super::pg_url::Target;
+use super::raw::Notify;
+use super::waiter::Mode;
+
+/// Local hand-offs of one server hold in a batch (see the module's docs).
+const MAX_HANDOFFS: u32 = 256;
+/// How long a batch lasts at most from the server's grant or the last check.
+const MAX_KEEP: Duration = Duration::from_millis(2);
+/// How often the watchdog pings each session that holds a name.
+const PING_EVERY: Duration = Duration::from_secs(1);
+/// How long a ping may take before its session counts as lost.
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
+/// After a failed connection, how long acquires fail at once before one tries again.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// Bits of a fence below the sequence's value: local grants of one server grant.
+const FENCE_SHIFT: u32 = 20;
+/// Idle gates (names used and let go) a manager keeps.
+const IDLE_GATES: usize = 64;
+/// Idle waiting sessions a manager keeps for the next waits.
+const IDLE_SESSIONS: usize = 4;
+
+/// The schema objects a manager needs, made by the first manager of a database (under a
+/// transaction-level advisory lock, so that two first managers do not race).
+const SETUP: &str = "SELECT pg_advisory_xact_lock(7809643524617528165); \
+     CREATE SEQUENCE IF NOT EXISTS ctxlock_fence; \
+     CREATE TABLE IF NOT EXISTS ctxlock_names \
+     (key bigint NOT NULL, name text NOT NULL, PRIMARY KEY (key, name))";
+
+/// The advisory key of a name: FNV-1a (64 bits) of `ctxlock:` and the name's UTF-8
+/// bytes, as a signed bigint. Stable across processes, machines and versions (it is
+/// what other clients agree on). Two names with one key only share a lock (more
+/// contention), never break exclusion; a key can also meet an application's own
+/// advisory locks on a number, which the prefix makes unlikely.
+pub fn key_of(name: &str) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in b"ctxlock:".iter().chain(name.as_bytes()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h as i64
+}
+
+/// `pg_locks` shows a bigint key as two oids: its high and low 32 bits.
+fn key_parts(key: i64) -> (i64, i64) {
+    let k = key as u64;
+    ((k >> 32) as i64, (k & 0xffff_ffff) as i64)
+}
+
+/// A session of the manager and what it knows of the server.
+struct Conn {
+    client: Client,
+    /// Its backend's process id (`pg_locks.pid`).
+    pid: i32,
+}
+
+/// The main session and its prepared statements.
+struct Main {
+    conn: Conn,
+    try_x: Statement,
+    try_s: Statement,
+    unlock_x: Statement,
+    unlock_s: Statement,
+    others: Statement,
+    name: Statement,
+}
+
+/// Which session holds a gate's server hold.
+enum On {
+    Main,
+    /// A waiting session whose wait was granted.
+    Own(Box<Conn>),
+}
+
+/// This manager's server hold of one name.
+///
+/// # Invariants
+/// - `held` is the hold on session `on` (`Some` together); `users` counts the local
+///   holds that entered it. `held` is `Some` with `users == 0` only while a local holder
+///   that has not entered yet will (or will give its hold back and settle).
+/// - `tickets` are local holders (all of one mode) that could not enter; `waiting` says a
+///   thread runs a server wait for them (at most one per gate), `cancel` is its session's
+///   cancel handle while the statement runs.
+struct Gate {
+    name: Arc<str>,
+    hash: u64,
+    key: i64,
+    held: Option<Mode>,
+    on: Option<On>,
+    users: u32,
+    /// Local hand-offs (and joins) in this batch, and when the batch began.
+    handoffs: u32,
+    batch: Instant,
+    tickets: Vec<Arc<Ticket>>,
+    waiting: bool,
+    cancel: Option<CancelToken>,
+}
+
+impl Gate {
+    fn idle(&self) -> bool {
+        self.users == 0 && self.held.is_none() && self.tickets.is_empty() && !self.waiting
+    }
+}
+
+struct Gates {
+    map: HashTable<Gate>,
+    /// `None` until (re)connected, after a loss or before the first use.
+    main: Option<Main>,
+    /// Idle waiting sessions, holding nothing.
+    idle: Vec<Conn>,
+    /// The backend ids of every session of this manager (main, waiting, holding).
+    pids: Vec<i32>,
+    /// Keys whose name this manager wrote to `ctxlock_names`.
+    named: std::collections::HashSet<i64>,
+    /// Why the last connection failed, and when: acquires fail at once until
+    /// `RETRY_AFTER` later.
+    down: Option<(Failure, Instant)>,
+    /// Set once by `shutdown`: no gate is entered again.
+    closed: bool,
+}
+
+/// Per name, the fence of the current server grant and the local grants drawn from it;
+/// its own mutex (a leaf: taken under a shard's mutex by the local scope's fence source,
+/// and under the gates' by a grant).
+#[derive(Default)]
+struct Fences(Mutex<HashMap<u64, (u64, u64)>>);
+
+impl Fences {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, (u64, u64)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn start(&self, hash: u64, value: i64) {
+        self.lock().insert(hash, (value.max(0) as u64, 0));
+    }
+
+    fn next(&self, hash: u64) -> u64 {
+        let mut map = self.lock();
+        let (base, n) = map.entry(hash).or_insert((0, 0));
+        // At most ~2^20 local grants of one server grant: far more than a batch.
+        *n = (*n + 1).min((1 << FENCE_SHIFT) - 1);
+        *base << FENCE_SHIFT | *n
+    }
+}
+
+/// What a manager's threads, its wait threads and its watchdog share.
+pub(crate) struct Keeper {
+    /// This keeper, for the threads it starts.
+    this: std::sync::Weak<Keeper>,
+    target: Arc<Target>,
+    app: String,
+    local: Arc<MemoryClient>,
+    fences: Arc<Fences>,
+    gates: Mutex<Gates>,
+    /// Wake-ups of tasks stop once the embedding finalizes (see `stop_agents`): read-held
+    /// while waking, write-taken to stop.
+    wakes: RwLock<bool>,
+    stop: AtomicBool,
+    watchdog: Mutex<Option<JoinHandle<()>>>,
+    bell: (Mutex<()>, Condvar),
+    generation: u64,
+}
+
+/// Every manager's keeper, so that their threads stop before the interpreter finalizes.
+static KEEPERS: Mutex<Vec<std::sync::Weak<Keeper>>> = Mutex::new(Vec::new());
+
+/// Stop every watchdog of this process and every wake-up its wait threads would do
+/// (see `file::stop_agents` for why).
+pub fn stop_agents() {
+    let keepers: Vec<_> = KEEPERS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .drain(..)
+        .filter_map(|k| k.upgrade())
+        .collect();
+    for k in keepers {
+        k.stop_helpers();
+    }
+}
+
+fn db_error_code(e: &postgres::Error) -> Option<&str> {
+    e.code().map(|c| c.code())
+}
+
+fn this_host() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: `buf` is writable for its length; gethostname NUL-terminates within it
+    // or truncates, and the last byte stays 0 either way.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(0);
+    if ok && end > 0 {
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        "localhost".to_owned()
+    }
+}
+
+impl Keeper {
+    fn gates(&self) -> MutexGuard<'_, Gates> {
+        self.gates.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn forked(&self) -> bool {
+        super::fork::generation() != self.generation
+    }
+
+    fn error(&self, what: &str, e: &postgres::Error) -> Failure {
+        Failure(format!("{what} on {}: {e}", self.target.display()))
+    }
+
+    /// A new session, or why not (also kept as the manager's `down` state by callers).
+    fn open(&self) -> Result<Conn, Failure> {
+        let mut client = self.target.connect(&self.app).map_err(Failure)?;
+        let pid = client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .map_err(|e| self.error("cannot start a session", &e))?
+            .get(0);
+        Ok(Conn { client, pid })
+    }
+
+    fn prepare(&self, mut conn: Conn) -> Result<Main, Failure> {
+        let db = "(SELECT oid FROM pg_database WHERE datname = current_database())";
+        let c = &mut conn.client;
+        let mut p = |sql: &str| {
+            c.prepare(sql)
+                .map_err(|e| self.error("cannot prepare the lock statements", &e))
+        };
+        let try_x = p("SELECT CASE WHEN pg_try_advisory_lock($1) \
+                       THEN nextval('ctxlock_fence') ELSE -1 END")?;
+        let try_s = p("SELECT CASE WHEN pg_try_advisory_lock_shared($1) \
+                       THEN nextval('ctxlock_fence') ELSE -1 END")?;
+        let unlock_x = p("SELECT pg_advisory_unlock($1)")?;
+        let unlock_s = p("SELECT pg_advisory_unlock_shared($1)")?;
+        let others = p(&format!(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
+             AND database = {db} AND classid = $1::int8::oid AND objid = $2::int8::oid \
+             AND objsubid = 1 AND NOT granted AND pid <> ALL($3)), nextval('ctxlock_fence')"
+        ))?;
+        let name = p("INSERT INTO ctxlock_names (key, name) VALUES ($1, $2) \
+                      ON CONFLICT DO NOTHING")?;
+        Ok(Main {
+            conn,
+            try_x,
+            try_s,
+            unlock_x,
+            unlock_s,
+            others,
+            name,
+        })
+    }
+
+    /// The main session, connected now if it was not; `None` if it cannot be (the
+    /// manager is `down` for a while).
+    fn main<'a>(&self, gates: &'a mut Gates) -> Option<&'a mut Main> {
+        if gates.main.is_none() {
+            if let Some((_, at)) = &gates.down {
+                if at.elapsed() < RETRY_AFTER {
+                    return None;
+                }
+            }
+            match self.open().and_then(|c| self.prepare(c)) {
+                Ok(m) => {
+                    gates.pids.push(m.conn.pid);
+                    gates.main = Some(m);
+                    gates.down = None;
+                }
+                Err(f) => {
+                    gates.down = Some((f, Instant::now()));
+                    return None;
+                }
+            }
+        }
+        gates.main.as_mut()
+    }
+
+    /// The main session failed: every hold on it is lost. Returns the names whose local
+    /// holds must end (out of the mutex, `lose`).
+    fn main_failed(&self, gates: &mut Gates, f: Failure) -> Vec<Key> {
+        let mut lost = Vec::new();
+        if let Some(m) = gates.main.take() {
+            gates.pids.retain(|&p| p != m.conn.pid);
+            // Dropping it closes the socket: whatever the server still holds for it goes.
+            drop(m);
+        }
+        for g in gates.map.iter_mut() {
+            if matches!(g.on, Some(On::Main)) {
+                g.on = None;
+                g.held = None;
+                g.users = 0;
+                lost.push(Key::with_hash(g.name.clone(), g.hash));
+            }
+        }
+        gates.down = Some((f, Instant::now()));
+        lost
+    }
+
+    /// End the local holds of names whose server hold was lost, then let their local
+    /// waiters try again.
+    fn lose(&self, keys: Vec<Key>, why: &Failure) {
+        let reason: super::cancel::Reason = Arc::new(why.clone());
+        for key in keys {
+            self.local.end_holds(&key, &reason);
+            self.settle_key(&key);
+        }
+    }
+
+    fn with_gate<T>(&self, key: &Key, f: impl FnOnce(&Self, &mut Gates, u64) -> T) -> Option<T> {
+        let mut gates = self.gates();
+        if gates.closed || self.forked() {
+            return None;
+        }
+        let name = key.name();
+        let hash = key.hash();
+        if gates.map.find(hash, |g| *g.name == *name).is_none() {
+            gates.map.insert_unique(
+                hash,
+                Gate {
+                    name: key.to_arc(),
+                    hash,
+                    key: key_of(name),
+                    held: None,
+                    on: None,
+                    users: 0,
+                    handoffs: 0,
+                    batch: Instant::now(),
+                    tickets: Vec::new(),
+                    waiting: false,
+                    cancel: None,
+                },
+                |g| g.hash,
+            );
+        }
+        let out = f(self, &mut gates, hash);
+        if gates.map.len() > IDLE_GATES {
+            if let Ok(e) = gates.map.find_entry(hash, |g| *g.name == *name) {
+                if e.get().idle() {
+                    e.remove();
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// Enter a gate for `n` local holders in `mode`: join the server hold, or take it
+    /// with a try. Lost holds found on the way are returned in `lost`.
+    fn enter(&self, gates: &mut Gates, hash: u64, name: &str, mode: Mode, n: u32) -> bool {
+        let g = gate(gates, hash, name);
+        match g.held {
+            Some(m) if g.users > 0 => {
+                // Only readers join readers, and not past a batch while another client
+                // waits (an exclusive request would wait behind a stream of local readers).
+                if m == Mode::Shared && mode == Mode::Shared && self.may_keep(gates, hash, name) {
+                    let g = gate(gates, hash, name);
+                    g.users += n;
+                    g.handoffs += 1;
+                    return true;
+                }
+                return false;
+            }
+            Some(m) => {
+                // Kept for a local holder: its turn, unless the batch is over and another
+                // client waits.
+                if m == mode && self.may_keep(gates, hash, name) {
+                    let g = gate(gates, hash, name);
+                    g.users = n;
+                    g.handoffs += 1;
+                    return true;
+                }
+                self.free(gates, hash, name);
+            }
+            None => {}
+        }
+        let g = gate(gates, hash, name);
+        if g.waiting {
+            // Our own server wait for this name is queued: it grants the tickets.
+            return false;
+        }
+        let key = g.key;
+        if self.main(gates).is_none() {
+            return false;
+        }
+        if !gates.named.contains(&key) {
+            if gates.named.len() > 1 << 16 {
+                gates.named.clear();
+            }
+            let main = gates.main.as_mut().expect("connected above");
+            if let Err(e) = main.conn.client.execute(&main.name, &[&key, &name]) {
+                let f = self.error("cannot record the lock's name", &e);
+                let lost = self.main_failed(gates, f.clone());
+                self.defer_loss(lost, f);
+                return false;
+            }
+            gates.named.insert(key);
+        }
+        let main = gates.main.as_mut().expect("connected above");
+        let stmt = if mode == Mode::Shared {
+            &main.try_s
+        } else {
+            &main.try_x
+        };
+        match main.conn.client.query_one(stmt, &[&key]) {
+            Ok(row) => {
+                let fence: i64 = row.get(0);
+                if fence < 0 {
+                    return false;
+                }
+                self.fences.start(hash, fence);
+                let g = gate(gates, hash, name);
+                g.held = Some(mode);
+                g.on = Some(On::Main);
+                g.users = n;
+                g.handoffs = 0;
+                g.batch = Instant::now();
+                true
+            }
+            Err(e) => {
+                let f = self.error("cannot take the lock", &e);
+                let lost = self.main_failed(gates, f.clone());
+                self.defer_loss(lost, f);
+                false
+            }
+        }
+    }
+
+    /// Whether a gate's hold may go on to another local holder: within its batch, or
+    /// after one round trip found no other client waiting (a new batch then starts, with
+    /// a new fence base).
+    fn may_keep(&self, gates: &mut Gates, hash: u64, name: &str) -> bool {
+        let g = gate(gates, hash, name);
+        if g.handoffs < MAX_HANDOFFS && g.batch.elapsed() < MAX_KEEP {
+            return true;
+        }
+        let (hi, lo) = key_parts(g.key);
+        let pids = gates.pids.clone();
+        let Some(main) = gates.main.as_mut() else {
+            return false;
+        };
+        match main.conn.client.query_one(&main.others, &[&hi, &lo, &pids]) {
+            Ok(row) => {
+                let others: bool = row.get(0);
+                if others {
+                    return false;
+                }
+                self.fences.start(hash, row.get(1));
+                let g = gate(gates, hash, name);
+                g.handoffs = 0;
+                g.batch = Instant::now();
+                true
+            }
+            Err(e) => {
+                let f = self.error("cannot look for other waiters", &e);
+                let lost = self.main_failed(gates, f.clone());
+                self.defer_loss(lost, f);
+                false
+            }
+        }
+    }
+
+    /// Give a gate's server hold back.
+    fn free(&self, gates: &mut Gates, hash: u64, name: &str) {
+        let g = gate(gates, hash, name);
+        let (Some(mode), Some(on)) = (g.held.take(), g.on.take()) else {
+            return;
+        };
+        let key = g.key;
+        match on {
+            On::Main => {
+                let Some(main) = gates.main.as_mut() else {
+                    return;
+                };
+                let stmt = if mode == Mode::Shared {
+                    &main.unlock_s
+                } else {
+                    &main.unlock_x
+                };
+                if let Err(e) = main.conn.client.query_one(stmt, &[&key]) {
+                    // The session is gone or broken: closing it frees the lock.
+                    let f = self.error("cannot release the lock", &e);
+                    let lost = self.main_failed(gates, f.clone());
+                    self.defer_loss(lost, f);
+                }
+            }
+            On::Own(mut conn) => {
+                let f = if mode == Mode::Shared { "_shared" } else { "" };
+                let sql = format!("SELECT pg_advisory_unlock{f}({key})");
+                if conn.client.simple_query(&sql).is_ok() {
+                    self.keep_idle(gates, *conn);
+                } else {
+                    gates.pids.retain(|&p| p != conn.pid);
+                }
+            }
+        }
+    }
+
+    fn keep_idle(&self, gates: &mut Gates, conn: Conn) {
+        if gates.idle.len() < IDLE_SESSIONS && !gates.closed {
+            gates.idle.push(conn);
+        } else {
+            gates.pids.retain(|&p| p != conn.pid);
+        }
+    }
+
+    /// Loss found under the gates' mutex: its local holds end on another thread, since
+    /// ending them takes the local scope's mutexes and may wake waiters.
+    fn defer_loss(&self, keys: Vec<Key>, f: Failure) {
+        if keys.is_empty() {
+            return;
+        }
+        let Some(me) = self.me() else { return };
+        let _ = std::thread::Builder::new()
+            .name("ctxlock-pg-loss".to_owned())
+            .spawn(move || me.lose(keys, &f));
+    }
+
+    /// An owning handle on this keeper (for its helper threads).
+    fn me(&self) -> Option<Arc<Keeper>> {
+        self.this.upgrade()
+    }
+
+    fn local_demand(&self, g: &Gate) -> bool {
+        let key = Key::with_hash(g.name.clone(), g.hash);
+        self.local.in_demand(&key)
+    }
+
+    /// After a local hold ended (and left the gate, if it had entered): pass the server
+    /// hold to tickets or keep it for local demand, within the cohort's batch, or give it
+    /// back; then take it for tickets, or queue a server wait for them.
+    fn settle(&self, gates: &mut Gates, hash: u64, name: &str, wake: &mut Vec<Arc<Ticket>>) {
+        let g = gate(gates, hash, name);
+        if g.users > 0 {
+            return;
+        }
+        if let Some(m) = g.held {
+            if !g.tickets.is_empty() {
+                if g.tickets[0].mode == m && self.may_keep(gates, hash, name) {
+                    let g = gate(gates, hash, name);
+                    g.users = g.tickets.len() as u32;
+                    g.handoffs += 1;
+                    grant_all(g, wake);
+                    return;
+                }
+            } else if self.local_demand(g) && self.may_keep(gates, hash, name) {
+                return;
+            }
+            self.free(gates, hash, name);
+        }
+        let g = gate(gates, hash, name);
+        if g.tickets.is_empty() {
+            return;
+        }
+        let (mode, n) = (g.tickets[0].mode, g.tickets.len() as u32);
+        if self.enter(gates, hash, name, mode, n) {
+            grant_all(gate(gates, hash, name), wake);
+        } else {
+            self.start_wait(gates, hash, name);
+        }
+    }
+
+    /// Queue a server wait for a gate's tickets, unless one runs.
+    fn start_wait(&self, gates: &mut Gates, hash: u64, name: &str) {
+        if gates.closed {
+            return;
+        }
+        let g = gate(gates, hash, name);
+        if g.waiting || g.tickets.is_empty() {
+            return;
+        }
+        let Some(me) = self.me() else { return };
+        g.waiting = true;
+        let key = Key::with_hash(g.name.clone(), g.hash);
+        let spawned = std::thread::Builder::new()
+            .name("ctxlock-pg-wait".to_owned())
+            .spawn(move || me.serve(key));
+        if spawned.is_err() {
+            gate(gates, hash, name).waiting = false;
+            gates.down = Some((
+                Failure("cannot start a thread to wait for the lock".to_owned()),
+                Instant::now(),
+            ));
+        }
+    }
+
+    /// A wait thread: wait on the server for `key`'s tickets until they are granted or
+    /// gone.
+    fn serve(self: Arc<Self>, key: Key) {
+        let (hash, name) = (key.hash(), key.name());
+        let mut fresh = false;
+        loop {
+            // Which mode to wait for, with what session.
+            let (mode, k, conn) = {
+                let mut gates = self.gates();
+                let closed = gates.closed || self.forked();
+                let g = gate(&mut gates, hash, name);
+                if closed || g.tickets.is_empty() || self.stop.load(Ordering::SeqCst) {
+                    g.waiting = false;
+                    return;
+                }
+                let (mode, k) = (g.tickets[0].mode, g.key);
+                let conn = if fresh { None } else { gates.idle.pop() };
+                (mode, k, conn)
+            };
+            let conn = match conn {
+                Some(c) => Ok(c),
+                None => self.open(),
+            };
+            let mut conn = match conn {
+                Ok(c) => c,
+                Err(f) => {
+                    self.wait_failed(hash, name, f);
+                    return;
+                }
+            };
+            {
+                let mut gates = self.gates();
+                if !gates.pids.contains(&conn.pid) {
+                    gates.pids.push(conn.pid);
+                }
+                let closed = gates.closed;
+                let g = gate(&mut gates, hash, name);
+                if g.tickets.is_empty() || closed {
+                    g.waiting = false;
+                    self.keep_idle(&mut gates, conn);
+                    return;
+                }
+                g.cancel = Some(conn.client.cancel_token());
+            }
+            let f = if mode == Mode::Shared { "_shared" } else { "" };
+            let sql = format!("SELECT pg_advisory_lock{f}({k}); SELECT nextval('ctxlock_fence')");
+            let result = conn.client.simple_query(&sql);
+            let mut wake = Vec::new();
+            let mut gates = self.gates();
+            gate(&mut gates, hash, name).cancel = None;
+            match result {
+                Ok(messages) => {
+                    let fence = messages.iter().find_map(|m| match m {
+                        SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse::<i64>().ok()),
+                        _ => None,
+                    });
+                    self.granted(
+                        &mut gates,
+                        hash,
+                        name,
+                        mode,
+                        conn,
+                        fence.unwrap_or(0),
+                        &mut wake,
+                    );
+                    gate(&mut gates, hash, name).waiting = false;
+                    drop(gates);
+                    self.wake(wake);
+                    return;
+                }
+                Err(e) => {
+                    let cancelled = matches!(db_error_code(&e), Some("57014" | "55P03"));
+                    drop(gates);
+                    // A grant may have raced the cancel: the session gives back whatever
+                    // it holds (it held nothing else), or is closed.
+                    if cancelled
+                        && conn
+                            .client
+                            .simple_query("SELECT pg_advisory_unlock_all()")
+                            .is_ok()
+                    {
+                        let mut gates = self.gates();
+                        self.keep_idle(&mut gates, conn);
+                        fresh = false;
+                        continue;
+                    }
+                    self.gates().pids.retain(|&p| p != conn.pid);
+                    drop(conn);
+                    if !cancelled {
+                        if fresh {
+                            self.wait_failed(
+                                hash,
+                                name,
+                                self.error("cannot wait for the lock", &e),
+                            );
+                            return;
+                        }
+                        // A kept session may have died while idle: once more on a new one.
+                        fresh = true;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A server wait could not run: its tickets find the failure and give up.
+    fn wait_failed(&self, hash: u64, name: &str, f: Failure) {
+        let wake = {
+            let mut gates = self.gates();
+            gates.down = Some((f, Instant::now()));
+            let g = gate(&mut gates, hash, name);
+            g.waiting = false;
+            g.tickets.clone()
+        };
+        self.wake(wake);
+    }
+
+    /// A server wait was granted on `conn`.
+    #[allow(clippy::too_many_arguments)]
+    fn granted(
+        &self,
+        gates: &mut Gates,
+        hash: u64,
+        name: &str,
+        mode: Mode,
+        mut conn: Conn,
+        fence: i64,
+        wake: &mut Vec<Arc<Ticket>>,
+    ) {
+        if gates.closed || self.forked() {
+            return;
+        }
+        let g = gate(gates, hash, name);
+        match g.held {
+            None => {
+                self.fences.start(hash, fence);
+                g.held = Some(mode);
+                g.on = Some(On::Own(Box::new(conn)));
+                g.users = 0;
+                g.handoffs = 0;
+                g.batch = Instant::now();
+                if !g.tickets.is_empty() && g.tickets[0].mode == mode {
+                    g.users = g.tickets.len() as u32;
+                    grant_all(g, wake);
+                } else {
+                    // Everyone gave up meanwhile: keep it for local demand, or let go.
+                    self.settle(gates, hash, name, wake);
+                }
+            }
+            Some(held) => {
+                // The name is held already (a shared hold the tickets could not join
+                // while another client waited): they join it now that the server let
+                // this session in too, and this session's extra hold goes.
+                if held == Mode::Shared && mode == Mode::Shared && !g.tickets.is_empty() {
+                    g.users += g.tickets.len() as u32;
+                    g.handoffs += 1;
+                    grant_all(g, wake);
+                }
+                let key = g.key;
+                let f = if mode == Mode::Shared { "_shared" } else { "" };
+                if conn
+                    .client
+                    .simple_query(&format!("SELECT pg_advisory_unlock{f}({key})"))
+                    .is_ok()
+                {
+                    self.keep_idle(gates, conn);
+                } else {
+                    gates.pids.retain(|&p| p != conn.pid);
+                }
+                let g = gate(gates, hash, name);
+                if !g.tickets.is_empty() && !g.waiting {
+                    self.start_wait(gates, hash, name);
+                }
+            }
+        }
+    }
+
+    fn wake(&self, tickets: Vec<Arc<Ticket>>) {
+        let stopped = self.wakes.read().unwrap_or_else(|e| e.into_inner());
+        if !*stopped {
+            super::cohort::wake(tickets);
+        }
+    }
+
+    /// Send the cancel request for a gate's running wait (its tickets are gone).
+    fn cancel_wait(&self, token: CancelToken) {
+        let target = self.target.clone();
+        let _ = std::thread::Builder::new()
+            .name("ctxlock-pg-cancel".to_owned())
+            .spawn(move || {
+                let _ = target.cancel(&token);
+            });
+    }
+
+    /// The watchdog: ping every session that holds a name.
+    fn watch(self: Arc<Self>) {
+        loop {
+            {
+                let (m, cv) = &self.bell;
+                let g = m.lock().unwrap_or_else(|e| e.into_inner());
+                if self.stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                let _ = cv.wait_timeout(g, PING_EVERY);
+                if self.stop.load(Ordering::SeqCst) {
+                    return;
+                }
+            }
+            self.ping();
+        }
+    }
+
+    fn ping(&self) {
+        let mut lost = Vec::new();
+        let mut why = None;
+        {
+            let mut gates = self.gates();
+            if gates.closed || self.forked() {
+                return;
+            }
+            let main_holds = gates.map.iter().any(|g| matches!(g.on, Some(On::Main)));
+            if main_holds {
+                if let Some(main) = gates.main.as_mut() {
+                    if let Err(e) = main.conn.client.is_valid(PING_TIMEOUT) {
+                        let f = self.error("the session holding the lock was lost", &e);
+                        lost.extend(self.main_failed(&mut gates, f.clone()));
+                        why = Some(f);
+                    }
+                }
+            }
+            let mut gone = Vec::new();
+            for g in gates.map.iter_mut() {
+                if let Some(On::Own(conn)) = &mut g.on {
+                    if let Err(e) = conn.client.is_valid(PING_TIMEOUT) {
+                        why = Some(self.error("the session holding the lock was lost", &e));
+                        gone.push(conn.pid);
+                        g.on = None;
+                        g.held = None;
+                        g.users = 0;
+                        lost.push(Key::with_hash(g.name.clone(), g.hash));
+                    }
+                }
+            }
+            gates.pids.retain(|p| !gone.contains(p));
+        }
+        if let Some(f) = why {
+            self.lose(lost, &f);
+        }
+    }
+
+    fn stop_helpers(&self) {
+        // ORDERING: SeqCst, read by the helpers at each round.
+        self.stop.store(true, Ordering::SeqCst);
+        // From now on no task is woken: a wake-up in progress finishes first.
+        *self.wakes.write().unwrap_or_else(|e| e.into_inner()) = true;
+        {
+            let _g = self.bell.0.lock().unwrap_or_else(|e| e.into_inner());
+            self.bell.1.notify_all();
+        }
+        let handle = self
+            .watchdog
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(h) = handle {
+            if self.forked() {
+                std::mem::forget(h);
+            } else if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+
+    /// Holders and waiters of other clients, from the server.
+    fn remote(&self, prefix: &str) -> Vec<Info> {
+        let mut gates = self.gates();
+        if gates.closed || self.forked() {
+            return Vec::new();
+        }
+        let pids = gates.pids.clone();
+        let Some(main) = self.main(&mut gates) else {
+            return Vec::new();
+        };
+        let sql = "SELECT n.name, l.mode, l.granted, l.pid, a.application_name, \
+                   extract(epoch FROM coalesce(l.waitstart, a.state_change, a.backend_start))::float8 \
+                   FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+                   JOIN ctxlock_names n ON n.key = (l.classid::int8 << 32) | l.objid::int8 \
+                   WHERE l.locktype = 'advisory' AND l.objsubid = 1 \
+                   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+                   AND l.pid <> ALL($1) AND starts_with(n.name, $2)";
+        let rows = match main.conn.client.query(sql, &[&pids, &prefix]) {
+            Ok(rows) => rows,
+            Err(e) => {
+                let f = self.error("cannot read pg_locks", &e);
+                let lost = self.main_failed(&mut gates, f.clone());
+                self.defer_loss(lost, f);
+                return Vec::new();
+            }
+        };
+        rows.iter()
+            .map(|r| {
+                let name: String = r.get(0);
+                let mode: String = r.get(1);
+                let backend: i32 = r.get(3);
+                let app: Option<String> = r.get(4);
+                let (host, pid) = owner_of(app.as_deref().unwrap_or(""), backend);
+                Info {
+                    name: Arc::from(name),
+                    mode: if mode == "ShareLock" {
+                        Mode::Shared
+                    } else {
+                        Mode::Exclusive
+                    },
+                    held: r.get(2),
+                    who: Who::default(),
+                    pid,
+                    host: Some(Arc::from(host)),
+                    since: r.get::<_, Option<f64>>(5).unwrap_or(0.0),
+                }
+            })
+            .collect()
+    }
+
+    /// This manager's holds and waits whose name starts with `prefix`.
+    fn local_infos(&self, prefix: &str) -> Vec<Info> {
+        let mut out = self.local.query(prefix);
+        let pid = std::process::id();
+        let gates = self.gates();
+        for g in gates.map.iter() {
+            if !g.name.starts_with(prefix) {
+                continue;
+            }
+            out.extend(g.tickets.iter().map(|t| Info {
+                name: g.name.clone(),
+                mode: t.mode,
+                held: false,
+                who: t.who.clone(),
+                pid,
+                host: None,
+                since: t.since,
+            }));
+        }
+        out
+    }
+}
+
+/// Who a session belongs to, from its `application_name` ("ctxlock host:pid"); a
+/// session named otherwise by its url shows that name and its backend's id.
+fn owner_of(app: &str, backend: i32) -> (String, u32) {
+    if let Some(rest) = app.strip_prefix("ctxlock ") {
+        if let Some((host, pid)) = rest.rsplit_once(':') {
+            if let Ok(pid) = pid.parse() {
+                return (host.to_owned(), pid);
+            }
+        }
+    }
+    (format!("{app} backend"), backend.max(0) as u32)
+}
+
+/// The gate of `name` (made by `with_gate` before any use).
+fn gate<'a>(gates: &'a mut Gates, hash: u64, name: &str) -> &'a mut Gate {
+    gates
+        .map
+        .find_mut(hash, |g| *g.name == *name)
+        .expect("BUG: a gate used before it was made")
+}
+
+/// Every ticket of `g` entered: mark them granted, to be woken out of the mutex.
+fn grant_all(g: &mut Gate, wake: &mut Vec<Arc<Ticket>>) {
+    for t in g.tickets.drain(..) {
+        t.grant();
+        wake.push(t);
+    }
+}
+
+impl Gatekeeper for Keeper {
+    fn local(&self) -> &Arc<MemoryClient> {
+        &self.local
+    }
+
+    fn enter_now(&self, key: &Key, mode: Mode) -> bool {
+        self.with_gate(key, |k, gates, hash| {
+            k.enter(gates, hash, key.name(), mode, 1)
+        })
+        .unwrap_or(false)
+    }
+
+    fn register(&self, key: &Key, mode: Mode, notify: Notify, who: Who) -> Option<Arc<Ticket>> {
+        let ticket = Ticket::new(mode, notify, false, who);
+        self.with_gate(key, |k, gates, hash| {
+            gate(gates, hash, key.name()).tickets.push(ticket.clone());
+            k.start_wait(gates, hash, key.name());
+        })?;
+        Some(ticket)
+    }
+
+    fn withdraw(&self, key: &Key, ticket: &Arc<Ticket>) -> bool {
+        let mut cancel = None;
+        let out = self
+            .with_gate(key, |_, gates, hash| {
+                let g = gate(gates, hash, key.name());
+                if ticket.is_granted() {
+                    return false;
+                }
+                g.tickets.retain(|t| !Arc::ptr_eq(t, ticket));
+                if g.tickets.is_empty() {
+                    cancel = g.cancel.take();
+                }
+                true
+            })
+            .unwrap_or(true);
+        if let Some(token) = cancel {
+            self.cancel_wait(token);
+        }
+        out
+    }
+
+    fn leave(&self, key: &Key) {
+        let mut wake = Vec::new();
+        self.with_gate(key, |k, gates, hash| {
+            let g = gate(gates, hash, key.name());
+            // A hold whose server hold was lost meanwhile finds `users` reset.
+            g.users = g.users.saturating_sub(1);
+            k.settle(gates, hash, key.name(), &mut wake);
+        });
+        self.wake(wake);
+    }
+
+    fn settle_key(&self, key: &Key) {
+        let mut wake = Vec::new();
+        self.with_gate(key, |k, gates, hash| {
+            k.settle(gates, hash, key.name(), &mut wake)
+        });
+        self.wake(wake);
+    }
+
+    fn collect(&self, prefix: &str) -> Vec<Info> {
+        let mut out = self.local_infos(prefix);
+        out.extend(self.remote(prefix));
+        out.sort_by(|a, b| a.name.cmp(&b.name).then(a.since.total_cmp(&b.since)));
+        out
+    }
+
+    fn shutdown(&self) {
+        let mut wake = Vec::new();
+        let mut cancels = Vec::new();
+        let mut conns = Vec::new();
+        {
+            let mut gates = self.gates();
+            if gates.closed {
+                return;
+            }
+            gates.closed = true;
+            if !self.forked() {
+                for g in gates.map.iter_mut() {
+                    wake.append(&mut g.tickets);
+                    cancels.extend(g.cancel.take());
+                    if let Some(On::Own(c)) = g.on.take() {
+                        conns.push(*c);
+                    }
+                    g.held = None;
+                    g.users = 0;
+                }
+                conns.append(&mut gates.idle);
+                if let Some(m) = gates.main.take() {
+                    conns.push(m.conn);
+                }
+            }
+        }
+        // Closing the sessions frees whatever they hold on the server.
+        drop(conns);
+        for t in cancels {
+            self.cancel_wait(t);
+        }
+        self.wake(wake);
+        self.stop_helpers();
+    }
+
+    fn dropped(&self) {
+        self.stop_helpers();
+    }
+
+    fn failure(&self) -> Option<Failure> {
+        if self.forked() {
+            return Some(Failure(
+                "this LockManager was made before fork() in the parent process; make a new \
+                 LockManager in the child"
+                    .to_owned(),
+            ));
+        }
+        let gates = self.gates();
+        match &gates.down {
+            Some((f, at)) if at.elapsed() < RETRY_AFTER => Some(f.clone()),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        if self.forked() {
+            // The sessions' sockets are the parent's: closing them here would end the
+            // parent's sessions (and its locks).
+            let gates = std::mem::replace(
+                self.gates.get_mut().unwrap_or_else(|e| e.into_inner()),
+                Gates::new(),
+            );
+            std::mem::forget(gates);
+        }
+    }
+}
+
+impl Gates {
+    fn new() -> Gates {
+        Gates {
+            map: HashTable::new(),
+            main: None,
+            idle: Vec::new(),
+            pids: Vec::new(),
+            named: Default::default(),
+            down: None,
+            closed: false,
+        }
+    }
+}
+
+/// Why a url of this scope cannot make a manager.
+pub(crate) enum PgError {
+    /// The url itself (a ValueError).
+    Url(String),
+    /// The server (a BackendError).
+    Backend(String),
+}
+
+/// A new manager of the scope `url` names, connected; and its url as shown (no password).
+pub(crate) fn connect(url: &str) -> Result<(Arc<dyn Session>, String), PgError> {
+    let target = Target::parse(url, &|v| std::env::var(v).ok()).map_err(PgError::Url)?;
+    let shown = target.display().to_owned();
+    let app =
+        target.application_name_or(&format!("ctxlock {}:{}", this_host(), std::process::id()));
+    let fences = Arc::new(Fences::default());
+    let source = fences.clone();
+    let local = MemoryClient::new(Arc::new(MemoryScope::private(move |key: &Key| {
+        source.next(key.hash())
+    })));
+    let keeper = Arc::new_cyclic(|this| Keeper {
+        this: this.clone(),
+        target: Arc::new(target),
+        app,
+        local,
+        fences,
+        gates: Mutex::new(Gates::new()),
+        wakes: RwLock::new(false),
+        stop: AtomicBool::new(false),
+        watchdog: Mutex::new(None),
+        bell: (Mutex::new(()), Condvar::new()),
+        generation: super::fork::generation(),
+    });
+    let mut first = keeper.open().map_err(|f| PgError::Backend(f.0))?;
+    setup(&keeper, &mut first)?;
+    // Session pooling is what session-level locks need. A pooler in transaction or
+    // statement mode gives each statement whichever server session is free: then a
+    // second client finds the first one's session (its backend id), or the first one's
+    // id changes between statements.
+    let second = keeper.open().map_err(|f| PgError::Backend(f.0))?;
+    let again: i32 = first
+        .client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .map_err(|e| PgError::Backend(keeper.error("cannot start a session", &e).0))?
+        .get(0);
+    if again != first.pid || second.pid == first.pid {
+        return Err(PgError::Backend(format!(
+            "{shown} goes through a connection pooler in transaction or statement mode \
+             (its statements run on changing server sessions): session-level advisory locks \
+             would be lost or leak there; connect to the server directly or through a \
+             session-mode pool"
+        )));
+    }
+    let main = keeper.prepare(first).map_err(|f| PgError::Backend(f.0))?;
+    {
+        let mut gates = keeper.gates();
+        gates.pids = vec![main.conn.pid, second.pid];
+        gates.main = Some(main);
+        gates.idle.push(second);
+    }
+    let mut keepers = KEEPERS.lock().unwrap_or_else(|e| e.into_inner());
+    keepers.retain(|k| k.strong_count() > 0);
+    keepers.push(Arc::downgrade(&keeper));
+    drop(keepers);
+    let k = keeper.clone();
+    let watchdog = std::thread::Builder::new()
+        .name("ctxlock-pg-watchdog".to_owned())
+        .spawn(move || k.watch())
+        .map_err(|e| PgError::Backend(format!("cannot start the lock watchdog thread: {e}")))?;
+    *keeper.watchdog.lock().unwrap_or_else(|e| e.into_inner()) = Some(watchdog);
+    Ok((Arc::new(Cohort { keeper }), shown))
+}
+
+/// Make the sequence and the table of names if they are missing; a role that may not
+/// make them gets a message saying what an administrator can run.
+fn setup(k: &Keeper, conn: &mut Conn) -> Result<(), PgError> {
+    let Err(e) = conn.client.batch_execute(SETUP) else {
+        return Ok(());
+    };
+    let exists = conn
+        .client
+        .query_one(
+            "SELECT to_regclass('ctxlock_fence') IS NOT NULL \
+             AND to_regclass('ctxlock_names') IS NOT NULL",
+            &[],
+        )
+        .map(|r| r.get::<_, bool>(0))
+        .unwrap_or(false);
+    if exists {
+        return Ok(());
+    }
+    if db_error_code(&e) == Some("42501") {
+        return Err(PgError::Backend(format!(
+            "{}: this role may not create ctxlock's sequence and table (the CREATE privilege \
+             on the schema is needed once); an administrator can run: CREATE SEQUENCE \
+             ctxlock_fence; CREATE TABLE ctxlock_names (key bigint NOT NULL, name text NOT \
+             NULL, PRIMARY KEY (key, name)); GRANT USAGE ON SEQUENCE ctxlock_fence TO <role>; \
+             GRANT SELECT, INSERT ON ctxlock_names TO <role>",
+            k.target.display()
+        )));
+    }
+    Err(PgError::Backend(
+        k.error("cannot prepare the database", &e).0,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_stable_and_split_as_pg_locks_shows_them() {
+        // The documented hash: other clients (and other versions) agree on it.
+        assert_eq!(key_of(""), key_of(""));
+        assert_ne!(key_of("invoice:42"), key_of("invoice:43"));
+        let k = key_of("invoice:42");
+        let (hi, lo) = key_parts(k);
+        assert_eq!(((hi as u64) << 32 | lo as u64) as i64, k);
+        assert!((0..=u32::MAX as i64).contains(&hi) && (0..=u32::MAX as i64).contains(&lo));
+    }
+
+    #[test]
+    fn owners_come_from_the_application_name() {
+        assert_eq!(
+            owner_of("ctxlock web-1:4242", 99),
+            ("web-1".to_owned(), 4242)
+        );
+        assert_eq!(owner_of("ctxlock [::1]:7", 99), ("[::1]".to_owned(), 7));
+        assert_eq!(owner_of("billing", 99), ("billing backend".to_owned(), 99));
+    }
+
+    #[test]
+    fn fences_grow_within_and_across_server_grants() {
+        let f = Fences::default();
+        f.start(1, 5);
+        let a = f.next(1);
+        let b = f.next(1);
+        f.start(1, 6);
+        let c = f.next(1);
+        assert!(a < b && b < c);
+    }
+}
