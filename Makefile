@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 # Where the loom model tests live; each is a `tests/loom_*.rs` integration test.
 LOOM_TESTS := $(patsubst tests/%.rs,%,$(wildcard tests/loom_*.rs))
 
-.PHONY: bench test develop test-rust test-loom test-python lint stress clean \
+.PHONY: bench test develop postgres test-rust test-loom test-python lint stress clean \
 	sanitize sanitize-miri sanitize-tsan test-cpython
 
 $(PY):
@@ -20,7 +20,12 @@ develop: $(PY)
 bench: develop
 	$(PY) -m ctxlock bench
 
-test: develop lint test-rust test-loom test-python sanitize
+test: develop postgres lint test-rust test-loom test-python sanitize
+
+# PostgreSQL and pgbouncer for the postgres scope's tests, which start a server of their own
+# (installed with apt-get when missing and run as root; otherwise only says what is missing).
+postgres:
+	scripts/ensure-postgres.sh
 
 lint:
 	cargo fmt --check
@@ -47,7 +52,7 @@ ifneq ($(LOOM_TESTS),)
 	RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --quiet $(addprefix --test ,$(LOOM_TESTS))
 endif
 
-test-python:
+test-python: postgres
 	$(PY) -m pytest
 
 # The pytest suite on CPython 3.14 and free-threaded 3.14t, built from source once per

@@ -37,6 +37,9 @@ pub use crate::core::named::{
     as_task, check_name, Failure, Info, Key, Lost, NamedView, Session, Who, MAX_NAME_BYTES,
 };
 pub use crate::core::park::Interrupt;
+/// A PostgreSQL connection url, parsed: the PostgreSQL scope's way to its server.
+#[cfg(not(loom))]
+pub use crate::core::pg_url::Target as PgTarget;
 pub use crate::core::raw::{Compete, Enqueued, Notify, RawLock, RawWaiter, Status};
 #[cfg(not(loom))]
 pub use crate::core::scopes::{before_exit, connect, ConnectError, SCHEMES};

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from kinds import EXCLUSIVE_KINDS, KINDS, Kind, Target
+from kinds import EXCLUSIVE_KINDS, KINDS, PG_MISSING, Kind, Target
 
 # --- constants ----------------------------------------------------------------------------------
 
@@ -40,6 +40,30 @@ STRESS_SECONDS: float | None = _stress_seconds()
 #: `make stress` (CTXLOCK_STRESS_SECONDS) runs each race for that long instead.
 RACE_ROUNDS = 2000 if not STRESS_SECONDS or STRESS_SECONDS <= 0 else 1 << 62
 RACE_SECONDS = 2.0 if not STRESS_SECONDS or STRESS_SECONDS <= 0 else STRESS_SECONDS
+
+# --- PostgreSQL: a server of the tests' own, or a loud failure where one must start ------------
+# The postgres scope's tests (tests/test_pg_scope.py, the "pg" family of tests/kinds.py) start
+# a server of their own (ctxlock._bench.pg_server). Where none can start they are skipped,
+# unless CTXLOCK_REQUIRE_PG=1 (.ci/run sets it) or, unset, on Linux as root: there
+# scripts/ensure-postgres.sh (`make test`) installs PostgreSQL, so its absence is a fault of
+# the machine, and the session stops at once saying so. CTXLOCK_REQUIRE_PG=0 skips anyway.
+
+
+def _pg_required() -> bool:
+    value = os.environ.get("CTXLOCK_REQUIRE_PG", "").strip()
+    if value:
+        return value != "0"
+    return sys.platform.startswith("linux") and os.geteuid() == 0
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if PG_MISSING is not None and _pg_required():
+        raise pytest.UsageError(
+            f"no PostgreSQL server can start here, and the postgres scope's tests must run: "
+            f"{PG_MISSING}. Run scripts/ensure-postgres.sh (as root), or set "
+            f"CTXLOCK_REQUIRE_PG=0 to skip them."
+        )
+
 
 # --- threads: `spawn` -------------------------------------------------------------------------
 # Runs a function in a daemon thread and keeps its result or exception for the test, so a

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import pytest
 from ctxlock import Lock, LockManager, LockView, NamedLock, NamedSharableLock, SharableLock
+from ctxlock._bench import pg_server
 
 View = Lock | LockView | NamedLock
 
@@ -150,6 +151,24 @@ def _file_manager() -> LockManager:
     return _file_managers[0]
 
 
+_pg_managers: list[LockManager] = []
+
+
+def _pg_manager() -> LockManager:
+    """The manager of the postgres scope the registry's locks come from: one per test
+    process, a client of this process's server (``pg_server.shared()``, started at the first
+    lock made). Closed at exit before the server stops (atexit runs in reverse order)."""
+    if not _pg_managers:
+        manager = LockManager(pg_server.shared().url)
+        _pg_managers.append(manager)
+        atexit.register(manager.close)
+    return _pg_managers[0]
+
+
+#: Why the postgres family is left out here (no server can start), or None. A machine that
+#: must run it fails the session instead (conftest.py, ``CTXLOCK_REQUIRE_PG``).
+PG_MISSING = pg_server.missing()
+
 #: Every implementation of the lock API; one line each.
 FAMILIES: list[Family] = [
     Family("Lock", lock=Lock, fifo=False),
@@ -166,6 +185,19 @@ FAMILIES: list[Family] = [
         sharable=lambda: _file_manager().sharable_lock(fresh_name()),
         # Threads of one manager may retake a name before a waiter wakes (see README).
         fifo=False,
+    ),
+    *(
+        [
+            Family(
+                "pg",
+                lock=lambda: _pg_manager().lock(fresh_name()),
+                sharable=lambda: _pg_manager().sharable_lock(fresh_name()),
+                # As the file scope: threads of one manager may retake a name first.
+                fifo=False,
+            )
+        ]
+        if PG_MISSING is None
+        else []
     ),
 ]
 LOCK_FAMILIES = [f for f in FAMILIES if f.lock is not None]

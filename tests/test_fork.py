@@ -343,9 +343,10 @@ def test_lock_free_at_fork_is_usable_in_child() -> None:
 # --- a lock held by the forking thread --------------------------------------------------------
 
 
-#: The kinds that are locks of this process: a file-scope lock is shared by processes, so a
-#: forked child is another client of it, not a copy of its holder (see the test below).
-PROCESS_KINDS = [k for k in KINDS if k.family.name != "file"]
+#: The kinds that are locks of this process: a file-scope or postgres lock is shared by
+#: processes, so a forked child is another client of it, not a copy of its holder (see the
+#: test below).
+PROCESS_KINDS = [k for k in KINDS if k.family.name not in ("file", "pg")]
 
 
 def test_a_file_scope_manager_made_before_fork_fails_in_the_child(tmp_path: Path) -> None:

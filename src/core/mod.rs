@@ -14,8 +14,10 @@
 //! - named locks: `named` (the contract and the `Session` seam every scope implements),
 //!   `memory` (the in-process scope: a table of slots by name, with fences and the
 //!   records `query()` reads), `file_table` (the table a directory's processes share)
-//!   and `file` (the processes-of-one-machine scope: a private `memory` scope per
-//!   manager behind a kernel-owned hold per name), `scopes` (`connect`: one line per scope picks it by url).
+//!   `cohort` (a private `memory` scope per manager behind a gate per name: what every
+//!   scope wider than the process shares), `file` (the processes-of-one-machine scope:
+//!   kernel-owned gates), `pg_url` and `pg` (the PostgreSQL scope: server-owned gates),
+//!   `scopes` (`connect`: one line per scope picks it by url).
 
 pub mod acquire;
 pub mod cancel;
@@ -37,8 +39,8 @@ pub mod named;
 pub mod park;
 #[cfg(all(not(loom), target_os = "linux"))]
 pub(crate) mod pg;
-#[cfg(all(not(loom), target_os = "linux"))]
-pub(crate) mod pg_url;
+#[cfg(not(loom))]
+pub mod pg_url;
 pub(crate) mod queue;
 pub mod raw;
 pub(crate) mod runner;

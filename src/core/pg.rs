@@ -61,6 +61,8 @@ const PING_TIMEOUT: Duration = Duration::from_secs(5);
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// Bits of a fence below the sequence's value: local grants of one server grant.
 const FENCE_SHIFT: u32 = 20;
+/// How long a waiter that gives up waits at most for the server's wait to end.
+const WITHDRAW_WAIT: Duration = Duration::from_secs(1);
 /// Idle gates (names used and let go) a manager keeps.
 const IDLE_GATES: usize = 64;
 /// Idle waiting sessions a manager keeps for the next waits.
@@ -140,6 +142,9 @@ struct Gate {
     tickets: Vec<Arc<Ticket>>,
     waiting: bool,
     cancel: Option<CancelToken>,
+    /// The wait's statement runs (until it returned and its outcome was dealt with:
+    /// a grant taken up, or a raced grant given back).
+    statement: bool,
 }
 
 impl Gate {
@@ -204,6 +209,8 @@ pub(crate) struct Keeper {
     stop: AtomicBool,
     watchdog: Mutex<Option<JoinHandle<()>>>,
     bell: (Mutex<()>, Condvar),
+    /// Notified (with `gates`) when a wait's statement is done (`Gate::statement`).
+    statement_done: Condvar,
     generation: u64,
 }
 
@@ -221,6 +228,18 @@ pub fn stop_agents() {
         .collect();
     for k in keepers {
         k.stop_helpers();
+    }
+}
+
+/// An error in words: the server's message and code, or the client's error and its cause
+/// (`Display` alone says only "db error" or "error communicating with the server").
+fn describe(e: &postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return format!("{} ({})", db.message(), db.code().code());
+    }
+    match std::error::Error::source(e) {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
     }
 }
 
@@ -251,7 +270,11 @@ impl Keeper {
     }
 
     fn error(&self, what: &str, e: &postgres::Error) -> Failure {
-        Failure(format!("{what} on {}: {e}", self.target.display()))
+        Failure(format!(
+            "{what} on {}: {}",
+            self.target.display(),
+            describe(e)
+        ))
     }
 
     /// A new session, or why not (also kept as the manager's `down` state by callers).
@@ -321,7 +344,7 @@ impl Keeper {
 
     /// The main session failed: every hold on it is lost. Returns the names whose local
     /// holds must end (out of the mutex, `lose`).
-    fn main_failed(&self, gates: &mut Gates, f: Failure) -> Vec<Key> {
+    fn main_failed(&self, gates: &mut Gates) -> Vec<Key> {
         let mut lost = Vec::new();
         if let Some(m) = gates.main.take() {
             gates.pids.retain(|&p| p != m.conn.pid);
@@ -336,7 +359,8 @@ impl Keeper {
                 lost.push(Key::with_hash(g.name.clone(), g.hash));
             }
         }
-        gates.down = Some((f, Instant::now()));
+        // The manager is not down for that: the next statement connects again (only a
+        // failed connection marks it down).
         lost
     }
 
@@ -372,6 +396,7 @@ impl Keeper {
                     tickets: Vec::new(),
                     waiting: false,
                     cancel: None,
+                    statement: false,
                 },
                 |g| g.hash,
             );
@@ -422,20 +447,53 @@ impl Keeper {
             return false;
         }
         let key = g.key;
+        // Twice at most: a main session that died while idle (terminated, a server
+        // restart) is found by its first statement, and a new one takes its place.
+        for _ in 0..2 {
+            match self.try_on_main(gates, key, name, mode) {
+                Ok(None) => return false,
+                Ok(Some(fence)) => {
+                    self.fences.start(hash, fence);
+                    let g = gate(gates, hash, name);
+                    g.held = Some(mode);
+                    g.on = Some(On::Main);
+                    g.users = n;
+                    g.handoffs = 0;
+                    g.batch = Instant::now();
+                    return true;
+                }
+                Err(e) => {
+                    let f = self.error("cannot take the lock", &e);
+                    let lost = self.main_failed(gates);
+                    self.defer_loss(lost, f);
+                    if e.code().is_some() {
+                        // The server refused the statement: no new session will do better.
+                        return false;
+                    }
+                }
+            }
+        }
+        false
+    }
+
+    /// One try for `key` on the main session (connected now if need be): its fence if
+    /// taken, `None` if not (or no session can be had).
+    fn try_on_main(
+        &self,
+        gates: &mut Gates,
+        key: i64,
+        name: &str,
+        mode: Mode,
+    ) -> Result<Option<i64>, postgres::Error> {
         if self.main(gates).is_none() {
-            return false;
+            return Ok(None);
         }
         if !gates.named.contains(&key) {
             if gates.named.len() > 1 << 16 {
                 gates.named.clear();
             }
             let main = gates.main.as_mut().expect("connected above");
-            if let Err(e) = main.conn.client.execute(&main.name, &[&key, &name]) {
-                let f = self.error("cannot record the lock's name", &e);
-                let lost = self.main_failed(gates, f.clone());
-                self.defer_loss(lost, f);
-                return false;
-            }
+            main.conn.client.execute(&main.name, &[&key, &name])?;
             gates.named.insert(key);
         }
         let main = gates.main.as_mut().expect("connected above");
@@ -444,28 +502,8 @@ impl Keeper {
         } else {
             &main.try_x
         };
-        match main.conn.client.query_one(stmt, &[&key]) {
-            Ok(row) => {
-                let fence: i64 = row.get(0);
-                if fence < 0 {
-                    return false;
-                }
-                self.fences.start(hash, fence);
-                let g = gate(gates, hash, name);
-                g.held = Some(mode);
-                g.on = Some(On::Main);
-                g.users = n;
-                g.handoffs = 0;
-                g.batch = Instant::now();
-                true
-            }
-            Err(e) => {
-                let f = self.error("cannot take the lock", &e);
-                let lost = self.main_failed(gates, f.clone());
-                self.defer_loss(lost, f);
-                false
-            }
-        }
+        let fence: i64 = main.conn.client.query_one(stmt, &[&key])?.get(0);
+        Ok((fence >= 0).then_some(fence))
     }
 
     /// Whether a gate's hold may go on to another local holder: within its batch, or
@@ -495,7 +533,7 @@ impl Keeper {
             }
             Err(e) => {
                 let f = self.error("cannot look for other waiters", &e);
-                let lost = self.main_failed(gates, f.clone());
+                let lost = self.main_failed(gates);
                 self.defer_loss(lost, f);
                 false
             }
@@ -522,7 +560,7 @@ impl Keeper {
                 if let Err(e) = main.conn.client.query_one(stmt, &[&key]) {
                     // The session is gone or broken: closing it frees the lock.
                     let f = self.error("cannot release the lock", &e);
-                    let lost = self.main_failed(gates, f.clone());
+                    let lost = self.main_failed(gates);
                     self.defer_loss(lost, f);
                 }
             }
@@ -583,6 +621,10 @@ impl Keeper {
                     g.users = g.tickets.len() as u32;
                     g.handoffs += 1;
                     grant_all(g, wake);
+                    // A server wait queued for them (to join a shared hold) is not needed.
+                    if let Some(token) = g.cancel.take() {
+                        self.cancel_wait(token);
+                    }
                     return;
                 }
             } else if self.local_demand(g) && self.may_keep(gates, hash, name) {
@@ -642,6 +684,14 @@ impl Keeper {
                     return;
                 }
                 let (mode, k) = (g.tickets[0].mode, g.key);
+                // A held name's tickets wait on the server only to join a shared hold
+                // (see `enter`); otherwise its release grants them (`settle`).
+                if g.held
+                    .is_some_and(|m| m != Mode::Shared || mode != Mode::Shared)
+                {
+                    g.waiting = false;
+                    return;
+                }
                 let conn = if fresh { None } else { gates.idle.pop() };
                 (mode, k, conn)
             };
@@ -669,6 +719,7 @@ impl Keeper {
                     return;
                 }
                 g.cancel = Some(conn.client.cancel_token());
+                g.statement = true;
             }
             let f = if mode == Mode::Shared { "_shared" } else { "" };
             let sql = format!("SELECT pg_advisory_lock{f}({k}); SELECT nextval('ctxlock_fence')");
@@ -682,6 +733,9 @@ impl Keeper {
                         SimpleQueryMessage::Row(r) => r.get(0).and_then(|v| v.parse::<i64>().ok()),
                         _ => None,
                     });
+                    // Not waiting any more: what the grant leaves to wait for (tickets of
+                    // another mode) starts a wait of its own.
+                    gate(&mut gates, hash, name).waiting = false;
                     self.granted(
                         &mut gates,
                         hash,
@@ -691,7 +745,8 @@ impl Keeper {
                         fence.unwrap_or(0),
                         &mut wake,
                     );
-                    gate(&mut gates, hash, name).waiting = false;
+                    gate(&mut gates, hash, name).statement = false;
+                    self.statement_done.notify_all();
                     drop(gates);
                     self.wake(wake);
                     return;
@@ -701,19 +756,25 @@ impl Keeper {
                     drop(gates);
                     // A grant may have raced the cancel: the session gives back whatever
                     // it holds (it held nothing else), or is closed.
-                    if cancelled
+                    let clean = cancelled
                         && conn
                             .client
                             .simple_query("SELECT pg_advisory_unlock_all()")
-                            .is_ok()
-                    {
-                        let mut gates = self.gates();
+                            .is_ok();
+                    let mut gates = self.gates();
+                    if clean {
                         self.keep_idle(&mut gates, conn);
+                    } else {
+                        gates.pids.retain(|&p| p != conn.pid);
+                        drop(conn);
+                    }
+                    gate(&mut gates, hash, name).statement = false;
+                    self.statement_done.notify_all();
+                    drop(gates);
+                    if clean {
                         fresh = false;
                         continue;
                     }
-                    self.gates().pids.retain(|&p| p != conn.pid);
-                    drop(conn);
                     if !cancelled {
                         if fresh {
                             self.wait_failed(
@@ -851,7 +912,7 @@ impl Keeper {
                 if let Some(main) = gates.main.as_mut() {
                     if let Err(e) = main.conn.client.is_valid(PING_TIMEOUT) {
                         let f = self.error("the session holding the lock was lost", &e);
-                        lost.extend(self.main_failed(&mut gates, f.clone()));
+                        lost.extend(self.main_failed(&mut gates));
                         why = Some(f);
                     }
                 }
@@ -920,7 +981,7 @@ impl Keeper {
             Ok(rows) => rows,
             Err(e) => {
                 let f = self.error("cannot read pg_locks", &e);
-                let lost = self.main_failed(&mut gates, f.clone());
+                let lost = self.main_failed(&mut gates);
                 self.defer_loss(lost, f);
                 return Vec::new();
             }
@@ -1038,7 +1099,27 @@ impl Gatekeeper for Keeper {
             })
             .unwrap_or(true);
         if let Some(token) = cancel {
+            // The server's wait ends before the acquire raises: then nothing of it is
+            // left (`statistics()` counts no waiter, `pg_locks` shows none).
             self.cancel_wait(token);
+            let until = Instant::now() + WITHDRAW_WAIT;
+            let mut gates = self.gates();
+            loop {
+                let name = key.name();
+                let running = gates
+                    .map
+                    .find(key.hash(), |g| *g.name == *name)
+                    .is_some_and(|g| g.statement);
+                let now = Instant::now();
+                if !running || now >= until || gates.closed {
+                    break;
+                }
+                gates = self
+                    .statement_done
+                    .wait_timeout(gates, until - now)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
         }
         out
     }
@@ -1097,8 +1178,25 @@ impl Gatekeeper for Keeper {
         }
         // Closing the sessions frees whatever they hold on the server.
         drop(conns);
+        let waited = !cancels.is_empty();
         for t in cancels {
             self.cancel_wait(t);
+        }
+        if waited {
+            // As for a waiter that gives up: the server's waits end before close returns.
+            let until = Instant::now() + WITHDRAW_WAIT;
+            let mut gates = self.gates();
+            while gates.map.iter().any(|g| g.statement) {
+                let now = Instant::now();
+                if now >= until {
+                    break;
+                }
+                gates = self
+                    .statement_done
+                    .wait_timeout(gates, until - now)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
         }
         self.wake(wake);
         self.stop_helpers();
@@ -1182,6 +1280,7 @@ pub(crate) fn connect(url: &str) -> Result<(Arc<dyn Session>, String), PgError> 
         stop: AtomicBool::new(false),
         watchdog: Mutex::new(None),
         bell: (Mutex::new(()), Condvar::new()),
+        statement_done: Condvar::new(),
         generation: super::fork::generation(),
     });
     let mut first = keeper.open().map_err(|f| PgError::Backend(f.0))?;

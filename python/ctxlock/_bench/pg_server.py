@@ -153,12 +153,6 @@ def _tail(path: Path, lines: int = 20) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
 class _Bouncer:
     """A pgbouncer process, a child of this one."""
 
@@ -188,6 +182,8 @@ class PgServer:
         self._running = False
         self._bouncers: list[_Bouncer] = []
         self._lock = threading.Lock()
+        #: The process that started it: a forked child must not stop it at its exit.
+        self._pid = os.getpid()
 
     # --- urls ---------------------------------------------------------------------------------
 
@@ -221,6 +217,7 @@ class PgServer:
             why = missing()
             if why is not None:
                 raise PgServerError(why)
+            self._pid = os.getpid()
             _live.add(self)
             try:
                 self._root = self._make_root()
@@ -275,39 +272,46 @@ class PgServer:
                 raise PgServerError("pgbouncer() before start()")
             directory = self._root / f"pgbouncer-{len(self._bouncers)}"
             directory.mkdir()
-            port = free_port()
-            log = directory / "pgbouncer.log"
             (directory / "userlist.txt").write_text(f'"{ROLE}" "{self.password}"\n')
-            (directory / "pgbouncer.ini").write_text(
-                "[databases]\n"
-                f"{DATABASE} = host=127.0.0.1 port={self.port} dbname={DATABASE}\n"
-                "[pgbouncer]\n"
-                f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
-                f"auth_type = scram-sha-256\nauth_file = {directory}/userlist.txt\n"
-                f"pool_mode = {pool_mode}\nmax_client_conn = 500\ndefault_pool_size = 50\n"
-                "ignore_startup_parameters = extra_float_digits,options\n"
-                f"logfile = {log}\n"
-            )
-            self._chown(directory)
-            process = subprocess.Popen(
-                [pgbouncer, "-q", str(directory / "pgbouncer.ini")],
-                cwd=directory,
-                env=_env(),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,  # not in the terminal's group: Ctrl-C is for the tests
-                **_as_owner(),
-            )
-            bouncer = _Bouncer(process, port, log)
-            self._bouncers.append(bouncer)
-            end = time.monotonic() + TIMEOUT
-            while not _port_open(port):
-                if process.poll() is not None or time.monotonic() > end:
-                    bouncer.stop()
-                    raise PgServerError(f"pgbouncer did not start:\n{_tail(log)}")
-                time.sleep(0.05)
-            return f"postgresql://{ROLE}:{self.password}@127.0.0.1:{port}/{DATABASE}"
+            for attempt in range(3):  # the free port may be taken before pgbouncer binds it
+                port = free_port()
+                log = directory / f"pgbouncer-{port}.log"
+                (directory / "pgbouncer.ini").write_text(
+                    "[databases]\n"
+                    f"{DATABASE} = host=127.0.0.1 port={self.port} dbname={DATABASE}\n"
+                    "[pgbouncer]\n"
+                    f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+                    f"auth_type = scram-sha-256\nauth_file = {directory}/userlist.txt\n"
+                    f"pool_mode = {pool_mode}\nmax_client_conn = 500\ndefault_pool_size = 50\n"
+                    "ignore_startup_parameters = extra_float_digits,options\n"
+                    f"logfile = {log}\n"
+                )
+                self._chown(directory)
+                process = subprocess.Popen(
+                    [pgbouncer, "-q", str(directory / "pgbouncer.ini")],
+                    cwd=directory,
+                    env=_env(),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,  # not in the terminal's group: Ctrl-C is the tests'
+                    **_as_owner(),
+                )
+                bouncer = _Bouncer(process, port, log)
+                self._bouncers.append(bouncer)
+                end = time.monotonic() + TIMEOUT
+                # Up once it says so: a port that answers may be another program's.
+                while "process up" not in _tail(log):
+                    exited = process.poll() is not None
+                    if exited or time.monotonic() > end:
+                        bouncer.stop()
+                        if attempt == 2 or not exited:
+                            raise PgServerError(f"pgbouncer did not start:\n{_tail(log)}")
+                        break  # it could not listen there: another port
+                    time.sleep(0.05)
+                else:
+                    return f"postgresql://{ROLE}:{self.password}@127.0.0.1:{port}/{DATABASE}"
+            raise AssertionError("unreachable")
 
     def __enter__(self) -> PgServer:
         return self.start()
@@ -450,6 +454,8 @@ def shared() -> PgServer:
 @atexit.register
 def _stop_all() -> None:
     for server in list(_live):
+        if server._pid != os.getpid():
+            continue  # a forked child's copy: its parent stops it
         try:
             server.stop()
         except Exception as exc:  # at exit: report, and stop the others still
