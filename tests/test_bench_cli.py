@@ -183,7 +183,7 @@ def test_the_pg_rows_machinery_with_psycopg_and_asyncpg(tmp_path: Path) -> None:
         if importlib.util.find_spec("asyncpg") is not None:
             kinds.append(("async", "asyncpg"))
         for role, kind in kinds:
-            each = pg._overhead(stats, kind, server.url)
+            each = pg._overhead(stats, role, kind, server.url)
             run = pg._contend_run(role, kind, server.url, tmp_path, 0.1, stats, each)
             assert len(run.holds) == pg.PROCESSES and sum(run.holds) > 0
             assert run.statements == 2 * sum(run.holds)

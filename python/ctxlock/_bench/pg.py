@@ -66,7 +66,6 @@ from ctxlock._bench.file import _shared_ints, _sleep_until, _write_ints
 from ctxlock._bench.peers import PeerMissing, Unavailable
 from ctxlock._bench.pg_server import PgServer
 from ctxlock._bench.procs import (
-    ACQUIRE_TIMEOUT_S,
     CHILD_ALARM_S,
     SETUP_TIMEOUT_S,
     Child,
@@ -83,6 +82,7 @@ __all__ = [
     "ANCHOR_KEY",
     "PG_NAME",
     "PROCESSES",
+    "WAIT_LIMIT_S",
     "WORKERS",
     "PgAcquireUnlock",
     "PsycopgAdvisoryPair",
@@ -98,8 +98,11 @@ ANCHOR_KEY = 0x6374786C6F636B
 #: Processes, and threads or tasks per process, of ``pg_contended`` and ``pg_async``.
 PROCESSES = 4
 WORKERS = 8
-#: Longest a waiting statement of an anchor may wait for its lock (``lock_timeout``).
-_LOCK_TIMEOUT = f"{int(ACQUIRE_TIMEOUT_S * 1000)}ms"
+#: Longest any one acquire here may wait: a ctxlock ``deadline``, an anchor's
+#: ``lock_timeout`` (the longest waits seen are well under a second; a lock that strands a
+#: waiter makes its row an error after this long, not a hang).
+WAIT_LIMIT_S = 10.0
+_LOCK_TIMEOUT = f"{int(WAIT_LIMIT_S * 1000)}ms"
 #: The children of a window start together this long after the parent says go, in ns.
 _START_MARGIN_NS = 200_000_000
 #: How long ``pg_cancel`` gives its waiter to reach the server before cancelling, at most.
@@ -344,7 +347,7 @@ def _thread_locks(kind: str, url: str, count: int) -> tuple[list[_Acquire], Call
         take = manager.lock(PG_NAME).acquire
 
         def acquire_ctxlock() -> Callable[[], object]:
-            return take(deadline=ACQUIRE_TIMEOUT_S)
+            return take(deadline=WAIT_LIMIT_S)
 
         acquire_ctxlock()()
         return [acquire_ctxlock] * count, manager.close
@@ -385,7 +388,7 @@ async def _task_locks(
         take = manager.lock(PG_NAME).acquire_async
 
         async def acquire_ctxlock() -> Callable[[], object]:
-            unlock: Callable[[], object] = await take(deadline=ACQUIRE_TIMEOUT_S)
+            unlock: Callable[[], object] = await take(deadline=WAIT_LIMIT_S)
             return unlock
 
         (await acquire_ctxlock())()
@@ -493,7 +496,9 @@ def _contend_child(kind: str, url: str, directory: Path, index_text: str) -> Non
             thread.join(CHILD_ALARM_S)
     close()
     if errors or len(done) != WORKERS:
-        raise BenchError(f"{WORKERS - len(done)} threads failed: {errors}")
+        raise BenchError(
+            f"{WORKERS - len(done)} of {WORKERS} threads failed: {'; '.join(sorted(set(errors)))}"
+        )
     send(_report(done))
 
 
@@ -540,7 +545,7 @@ def _hold_child(kind: str, url: str, directory: Path) -> None:
     if kind != "ctxlock":
         raise ValueError(f"unknown lock kind {kind!r}")
     with ctxlock.LockManager(url) as manager:
-        unlock = manager.lock(PG_NAME).acquire(deadline=ACQUIRE_TIMEOUT_S)
+        unlock = manager.lock(PG_NAME).acquire(deadline=WAIT_LIMIT_S)
         send({"held": True})
         receive()
         unlock()
@@ -554,14 +559,24 @@ _ROLES: dict[str, Callable[..., None]] = {
 }
 
 
+def _write_url(directory: Path, url: str) -> None:
+    """Leave the server's url (with its password) for the children in ``directory``: not
+    on their command lines, which error messages and ``ps`` show."""
+    path = directory / "url"
+    path.touch(0o600)
+    path.write_text(url)
+
+
 def child_main(argv: Sequence[str]) -> None:
-    """A child's entry point: ``ROLE KIND URL DIRECTORY ARGS...``."""
+    """A child's entry point: ``ROLE KIND DIRECTORY ARGS...``; the url is in
+    ``DIRECTORY/url``."""
     import signal
 
     if hasattr(signal, "alarm"):
         signal.alarm(CHILD_ALARM_S)
-    role, kind, url, directory, *args = argv
+    role, kind, directory, *args = argv
     try:
+        url = (Path(directory) / "url").read_text()
         _ROLES[role](kind, url, Path(directory), *args)
     except SystemExit:
         raise
@@ -607,10 +622,11 @@ def _contend_run(
 ) -> _Contended:
     """One window; ``each`` is the statements of one client's session (``_overhead``)."""
     _write_ints(directory / "counter", [0, 0])
+    _write_url(directory, url)
     before = stats.settled()
     with ExitStack() as stack:
         children = [
-            stack.enter_context(Child(role, kind, url, str(directory), str(p), module=_MODULE))
+            stack.enter_context(Child(role, kind, str(directory), str(p), module=_MODULE))
             for p in range(PROCESSES)
         ]
         for child in children:
@@ -619,7 +635,7 @@ def _contend_run(
         end = start + int(seconds * 1e9)
         for child in children:
             child.send({"start": start, "end": end})
-        reports = [child.recv(seconds + ACQUIRE_TIMEOUT_S + 30) for child in children]
+        reports = [child.recv(seconds + WAIT_LIMIT_S + 30) for child in children]
         for child in children:
             child.proc.wait(SETUP_TIMEOUT_S)  # its connections closed, its backends gone
     statements = stats.settled() - before
@@ -751,14 +767,16 @@ def _gone_after(stats: _Stats, cancelled_at: int) -> int:
 def _cancel_rounds_ctxlock(stats: _Stats, url: str, rounds: int) -> list[_Cancelled]:
     """``rounds`` waiters of one manager, each cancelled, while another process holds."""
     got: list[_Cancelled] = []
-    with Child("hold", "ctxlock", url, "-", module=_MODULE) as holder:
-        holder.recv(SETUP_TIMEOUT_S)
-        with ctxlock.LockManager(url) as manager:
-            lock = manager.lock(PG_NAME)
-            for _ in range(rounds):
-                got.append(_cancel_round_ctxlock(stats, lock))
-        holder.send({"release": True})
-        holder.recv(SETUP_TIMEOUT_S)
+    with bench_dir() as directory:
+        _write_url(directory, url)
+        with Child("hold", "ctxlock", str(directory), module=_MODULE) as holder:
+            holder.recv(SETUP_TIMEOUT_S)
+            with ctxlock.LockManager(url) as manager:
+                lock = manager.lock(PG_NAME)
+                for _ in range(rounds):
+                    got.append(_cancel_round_ctxlock(stats, lock))
+            holder.send({"release": True})
+            holder.recv(SETUP_TIMEOUT_S)
     return got
 
 
@@ -768,7 +786,7 @@ def _cancel_round_ctxlock(stats: _Stats, lock: ctxlock.NamedLock) -> _Cancelled:
 
     def wait() -> None:
         try:
-            lock.acquire(token, deadline=ACQUIRE_TIMEOUT_S)()
+            lock.acquire(token, deadline=WAIT_LIMIT_S)()
             outcome.append("acquired")
         except ctxlock.Cancelled:
             outcome.append(perf_counter_ns())
@@ -783,7 +801,7 @@ def _cancel_round_ctxlock(stats: _Stats, lock: ctxlock.NamedLock) -> _Cancelled:
     cancelled_at = perf_counter_ns()
     token.cancel()
     gone = _gone_after(stats, cancelled_at) if seen else 0
-    waiter.join(ACQUIRE_TIMEOUT_S)
+    waiter.join(WAIT_LIMIT_S)
     expect(len(outcome) == 1 and isinstance(outcome[0], int), f"the waiter: {outcome}")
     raised = outcome[0]
     assert isinstance(raised, int)
@@ -811,7 +829,7 @@ def _cancel_round_psycopg(stats: _Stats, url: str) -> _Cancelled:
         cancelled_at = perf_counter_ns()
         conn.cancel()
         gone = _gone_after(stats, cancelled_at)
-        waiter.join(ACQUIRE_TIMEOUT_S)
+        waiter.join(WAIT_LIMIT_S)
         holder.execute(_UNLOCK_SQL, (ANCHOR_KEY,))
     expect(seen, "psycopg's waiting request never showed in pg_locks")
     expect(len(outcome) == 1 and isinstance(outcome[0], int), f"the waiter: {outcome}")
