@@ -472,3 +472,63 @@ impl<K: Gatekeeper> Session for Cohort<K> {
         self.keeper.failure()
     }
 }
+
+/// Records as bytes: per record, mode, held, name length, task length (one byte and
+/// three u16), since (f64), thread (u64), then the name and the task, padded to 8.
+pub(crate) fn encode_infos(infos: &[Info]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for i in infos {
+        let task = i.who.task.as_deref().unwrap_or("");
+        let task = &task[..task.len().min(256)];
+        out.push(u8::from(i.mode == Mode::Shared));
+        out.push(u8::from(i.held));
+        out.extend((i.name.len() as u16).to_le_bytes());
+        out.extend((task.len() as u16).to_le_bytes());
+        out.extend([u8::from(i.who.task.is_some()), 0]);
+        out.extend(i.since.to_le_bytes());
+        out.extend(i.who.thread.to_le_bytes());
+        out.extend(i.name.as_bytes());
+        out.extend(task.as_bytes());
+        out.resize(out.len().div_ceil(8) * 8, 0);
+    }
+    out
+}
+
+/// The records `encode` wrote; a damaged one ends the list.
+pub(crate) fn decode_infos(bytes: &[u8], pid: u32) -> Vec<Info> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + 24 <= bytes.len() {
+        let b = &bytes[at..];
+        let name_len = u16::from_le_bytes([b[2], b[3]]) as usize;
+        let task_len = u16::from_le_bytes([b[4], b[5]]) as usize;
+        let end = 24 + name_len + task_len;
+        if name_len == 0 || b.len() < end {
+            break;
+        }
+        let (Ok(name), Ok(task)) = (
+            std::str::from_utf8(&b[24..24 + name_len]),
+            std::str::from_utf8(&b[24 + name_len..end]),
+        ) else {
+            break;
+        };
+        out.push(Info {
+            name: Arc::from(name),
+            mode: if b[0] == 1 {
+                Mode::Shared
+            } else {
+                Mode::Exclusive
+            },
+            held: b[1] == 1,
+            who: Who {
+                thread: u64::from_le_bytes(b[16..24].try_into().unwrap()),
+                task: (b[6] == 1).then(|| Arc::from(task)),
+            },
+            pid,
+            host: None,
+            since: f64::from_le_bytes(b[8..16].try_into().unwrap()),
+        });
+        at += end.div_ceil(8) * 8;
+    }
+    out
+}

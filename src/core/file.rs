@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use hashbrown::HashTable;
 
-use super::cohort::{Cohort, Gatekeeper, Ticket};
+use super::cohort::{decode_infos, encode_infos, Cohort, Gatekeeper, Ticket};
 use super::file_table::{
     futex_wait, futex_wake, stable_hash, Range, Table, NEWS_AGENT, NEWS_ALL, NEWS_RELEASE,
 };
@@ -579,7 +579,7 @@ impl Keeper {
         if asked == me.query_done.load(Ordering::SeqCst) {
             return;
         }
-        let bytes = encode(&self.local_infos(""));
+        let bytes = encode_infos(&self.local_infos(""));
         let area = self.table.records(self.me);
         let len = bytes.len().min(area.len() * 8) / 8 * 8;
         // ORDERING: a seqlock. Odd while writing (Relaxed store, then a Release fence so
@@ -666,7 +666,7 @@ impl Keeper {
             if w.records_version.load(Ordering::Relaxed) == v1 {
                 // ORDERING: the pid was stored when the client joined, before its byte
                 // was taken (which `alive` saw).
-                return Some(decode(&bytes, w.pid.load(Ordering::Relaxed)));
+                return Some(decode_infos(&bytes, w.pid.load(Ordering::Relaxed)));
             }
         }
         None
@@ -722,66 +722,6 @@ fn agent(k: Arc<Keeper>) {
         let news = if wait.is_some() { NEWS_ALL } else { NEWS_AGENT };
         futex_wait(bell, seen, wait, news);
     }
-}
-
-/// Records as bytes: per record, mode, held, name length, task length (one byte and
-/// three u16), since (f64), thread (u64), then the name and the task, padded to 8.
-fn encode(infos: &[Info]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for i in infos {
-        let task = i.who.task.as_deref().unwrap_or("");
-        let task = &task[..task.len().min(256)];
-        out.push(u8::from(i.mode == Mode::Shared));
-        out.push(u8::from(i.held));
-        out.extend((i.name.len() as u16).to_le_bytes());
-        out.extend((task.len() as u16).to_le_bytes());
-        out.extend([u8::from(i.who.task.is_some()), 0]);
-        out.extend(i.since.to_le_bytes());
-        out.extend(i.who.thread.to_le_bytes());
-        out.extend(i.name.as_bytes());
-        out.extend(task.as_bytes());
-        out.resize(out.len().div_ceil(8) * 8, 0);
-    }
-    out
-}
-
-/// The records `encode` wrote; a damaged one ends the list.
-fn decode(bytes: &[u8], pid: u32) -> Vec<Info> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at + 24 <= bytes.len() {
-        let b = &bytes[at..];
-        let name_len = u16::from_le_bytes([b[2], b[3]]) as usize;
-        let task_len = u16::from_le_bytes([b[4], b[5]]) as usize;
-        let end = 24 + name_len + task_len;
-        if name_len == 0 || b.len() < end {
-            break;
-        }
-        let (Ok(name), Ok(task)) = (
-            std::str::from_utf8(&b[24..24 + name_len]),
-            std::str::from_utf8(&b[24 + name_len..end]),
-        ) else {
-            break;
-        };
-        out.push(Info {
-            name: Arc::from(name),
-            mode: if b[0] == 1 {
-                Mode::Shared
-            } else {
-                Mode::Exclusive
-            },
-            held: b[1] == 1,
-            who: Who {
-                thread: u64::from_le_bytes(b[16..24].try_into().unwrap()),
-                task: (b[6] == 1).then(|| Arc::from(task)),
-            },
-            pid,
-            host: None,
-            since: f64::from_le_bytes(b[8..16].try_into().unwrap()),
-        });
-        at += end.div_ceil(8) * 8;
-    }
-    out
 }
 
 /// Join the scope of directory `dir` (made if missing): a manager of the file scope, one
@@ -916,9 +856,9 @@ mod tests {
                 since: 13.0,
             },
         ];
-        let bytes = encode(&infos);
+        let bytes = encode_infos(&infos);
         assert_eq!(bytes.len() % 8, 0);
-        let back = decode(&bytes, 42);
+        let back = decode_infos(&bytes, 42);
         assert_eq!(back.len(), 2);
         assert_eq!(&*back[0].name, "invoice:42");
         assert_eq!(back[0].who.task.as_deref(), Some("Task-1"));
@@ -931,7 +871,7 @@ mod tests {
         // A length running past the end: the list ends there, nothing is made up.
         let mut cut = bytes.clone();
         cut.truncate(30);
-        assert!(decode(&cut, 1).is_empty());
-        assert!(decode(&[0xff; 64], 1).len() <= 1);
+        assert!(decode_infos(&cut, 1).is_empty());
+        assert!(decode_infos(&[0xff; 64], 1).len() <= 1);
     }
 }

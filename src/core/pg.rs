@@ -29,20 +29,24 @@
 //!   `PING_EVERY`; a session found dead (terminated, server gone, network lost; TCP
 //!   keepalives bound the silent case) ends the local holds of its names, each `lost`
 //!   token cancelled with a `BackendError`. The next acquire connects again.
-//! - **Introspection** reads `pg_locks`, with `ctxlock_names` (key → name, written the
-//!   first time a manager uses a name) and each session's `application_name`
-//!   ("ctxlock host:pid") to say who holds.
+//! - **Introspection** (`query()`, `statistics()`) asks every other manager: each listens
+//!   on a session of its own (`LISTEN ctxlock_ask_<its backend id>`) and answers with its
+//!   records (the file scope's codec, hex, in notifications). Sessions that do not answer
+//!   show as `pg_locks` has them, turned into names by `ctxlock_names` (key → name,
+//!   written the first time a manager uses a name) and into owners by their
+//!   `application_name` ("ctxlock host:pid/n").
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use hashbrown::HashTable;
+use postgres::fallible_iterator::FallibleIterator;
 use postgres::{CancelToken, Client, SimpleQueryMessage, Statement};
 
-use super::cohort::{Cohort, Gatekeeper, Ticket};
+use super::cohort::{decode_infos, encode_infos, Cohort, Gatekeeper, Ticket};
 use super::memory::{MemoryClient, MemoryScope};
 use super::named::{Failure, Info, Key, Session, Who};
 use super::pg_url::Target;
@@ -61,6 +65,13 @@ const PING_TIMEOUT: Duration = Duration::from_secs(5);
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// Bits of a fence below the sequence's value: local grants of one server grant.
 const FENCE_SHIFT: u32 = 20;
+/// How long `query()` and `statistics()` wait for the other managers' answers.
+const ANSWER_WITHIN: Duration = Duration::from_secs(1);
+/// Bytes of records per answer notification (hex: twice that, under the server's 8000).
+const ANSWER_CHUNK: usize = 3900;
+/// Managers made in this process: each one's sessions say which manager they are.
+static MANAGERS: AtomicU64 = AtomicU64::new(0);
+
 /// How long a waiter that gives up waits at most for the server's wait to end.
 const WITHDRAW_WAIT: Duration = Duration::from_secs(1);
 /// Idle gates (names used and let go) a manager keeps.
@@ -170,6 +181,10 @@ struct Gates {
     closed: bool,
 }
 
+/// The answers to one ask so far: per answering manager (its listening session's
+/// backend id), the records' bytes and whether they are complete.
+type Answers = HashMap<i32, (Vec<u8>, bool)>;
+
 /// Per name, the fence of the current server grant and the local grants drawn from it;
 /// its own mutex (a leaf: taken under a shard's mutex by the local scope's fence source,
 /// and under the gates' by a grant).
@@ -196,6 +211,8 @@ impl Fences {
 
 /// What a manager's threads, its wait threads and its watchdog share.
 pub(crate) struct Keeper {
+    /// This machine's name, as the other managers' sessions say theirs.
+    host: String,
     /// This keeper, for the threads it starts.
     this: std::sync::Weak<Keeper>,
     target: Arc<Target>,
@@ -211,6 +228,14 @@ pub(crate) struct Keeper {
     bell: (Mutex<()>, Condvar),
     /// Notified (with `gates`) when a wait's statement is done (`Gate::statement`).
     statement_done: Condvar,
+    /// Answers of other managers to this one's asks (`collect`), and their bell.
+    answers: Mutex<HashMap<u64, Answers>>,
+    answered: Condvar,
+    asks: AtomicU64,
+    /// The backend id of this manager's listening session (its answer channel), once
+    /// connected.
+    listening: Mutex<Option<i32>>,
+    listener: Mutex<Option<JoinHandle<()>>>,
     generation: u64,
 }
 
@@ -367,10 +392,21 @@ impl Keeper {
     /// End the local holds of names whose server hold was lost, then let their local
     /// waiters try again.
     fn lose(&self, keys: Vec<Key>, why: &Failure) {
+        // Cancelling `lost` tokens runs their callbacks (the embedding's too): not once
+        // the embedding finalizes (see `wake`).
+        let stopped = self.wakes.read().unwrap_or_else(|e| e.into_inner());
+        if *stopped {
+            return;
+        }
         let reason: super::cancel::Reason = Arc::new(why.clone());
-        for key in keys {
-            self.local.end_holds(&key, &reason);
-            self.settle_key(&key);
+        for key in &keys {
+            self.local.end_holds(key, &reason);
+        }
+        // (`settle_key` reads `wakes` again: a second read under a waiting writer
+        // would deadlock.)
+        drop(stopped);
+        for key in &keys {
+            self.settle_key(key);
         }
     }
 
@@ -946,22 +982,20 @@ impl Keeper {
             let _g = self.bell.0.lock().unwrap_or_else(|e| e.into_inner());
             self.bell.1.notify_all();
         }
-        let handle = self
-            .watchdog
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(h) = handle {
-            if self.forked() {
-                std::mem::forget(h);
-            } else if h.thread().id() != std::thread::current().id() {
-                let _ = h.join();
+        for helper in [&self.watchdog, &self.listener] {
+            let handle = helper.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(h) = handle {
+                if self.forked() {
+                    std::mem::forget(h);
+                } else if h.thread().id() != std::thread::current().id() {
+                    let _ = h.join();
+                }
             }
         }
     }
 
     /// Holders and waiters of other clients, from the server.
-    fn remote(&self, prefix: &str) -> Vec<Info> {
+    fn remote(&self, prefix: &str, answered: &[String]) -> Vec<Info> {
         let mut gates = self.gates();
         if gates.closed || self.forked() {
             return Vec::new();
@@ -978,6 +1012,16 @@ impl Keeper {
                    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
                    AND l.pid <> ALL($1) AND starts_with(n.name, $2)";
         let rows = match main.conn.client.query(sql, &[&pids, &prefix]) {
+            Ok(rows) => Ok(rows
+                .into_iter()
+                .filter(|r| {
+                    let app: Option<String> = r.get(4);
+                    !app.is_some_and(|a| answered.contains(&a))
+                })
+                .collect::<Vec<_>>()),
+            Err(e) => Err(e),
+        };
+        let rows = match rows {
             Ok(rows) => rows,
             Err(e) => {
                 let f = self.error("cannot read pg_locks", &e);
@@ -1010,6 +1054,189 @@ impl Keeper {
             .collect()
     }
 
+    /// Ask every other manager of the database (their listening sessions) for their
+    /// holds and waits whose name starts with `prefix`: the records of those that
+    /// answered within `ANSWER_WITHIN`, and the application names of their sessions.
+    fn ask(&self, prefix: &str) -> (Vec<Info>, Vec<String>) {
+        let Some(me) = *self.listening.lock().unwrap_or_else(|e| e.into_inner()) else {
+            return (Vec::new(), Vec::new());
+        };
+        // ORDERING: a unique number; nothing else is published with it.
+        let ask = self.asks.fetch_add(1, Ordering::Relaxed) + 1;
+        self.answers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(ask, HashMap::new());
+        let expected: Vec<(i32, String)> = {
+            let mut gates = self.gates();
+            if gates.closed || self.forked() {
+                return (Vec::new(), Vec::new());
+            }
+            let Some(main) = self.main(&mut gates) else {
+                return (Vec::new(), Vec::new());
+            };
+            // One notification per manager found (none without one: nobody to ask).
+            let sql = "SELECT a.pid, a.application_name, \
+                       pg_notify('ctxlock_ask_' || a.pid, $1::text || ' ' || a.pid || ' ' || $3::text) \
+                       FROM pg_stat_activity a WHERE a.datname = current_database() \
+                       AND a.application_name LIKE 'ctxlock %listener' AND a.pid <> $2";
+            let head = format!("{ask} {me}");
+            match main.conn.client.query(sql, &[&head, &me, &prefix]) {
+                Ok(rows) => rows.iter().map(|r| (r.get(0), r.get(1))).collect(),
+                Err(_) => Vec::new(),
+            }
+        };
+        let until = Instant::now() + ANSWER_WITHIN;
+        let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let got = answers.get(&ask).map_or(0, |a| {
+                expected
+                    .iter()
+                    .filter(|(pid, _)| a.get(pid).is_some_and(|x| x.1))
+                    .count()
+            });
+            let now = Instant::now();
+            if got == expected.len() || now >= until {
+                break;
+            }
+            answers = self
+                .answered
+                .wait_timeout(answers, until - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        let mine = answers.remove(&ask).unwrap_or_default();
+        drop(answers);
+        let mut infos = Vec::new();
+        let mut answered = Vec::new();
+        for (pid, app) in expected {
+            let Some((bytes, true)) = mine.get(&pid) else {
+                continue;
+            };
+            let base = app.strip_suffix(" listener").unwrap_or(&app).to_owned();
+            let (host, process) = owner_of(&app, pid);
+            // Another manager of this process: its threads are this process's.
+            let host: Option<Arc<str>> =
+                (process != std::process::id() || host != self.host).then(|| Arc::from(host));
+            infos.extend(decode_infos(bytes, process).into_iter().map(|mut i| {
+                i.host = host.clone();
+                i
+            }));
+            answered.push(base);
+        }
+        (infos, answered)
+    }
+
+    /// The listener thread: this manager's listening session answers the other
+    /// managers' asks and takes in their answers to this one's.
+    fn listen(self: Arc<Self>, first: Conn) {
+        let mut session: Option<Conn> = Some(first);
+        while !self.stop.load(Ordering::SeqCst) && !self.forked() {
+            let conn = match session.as_mut() {
+                Some(c) => c,
+                None => match self.open_listener() {
+                    Ok(c) => session.insert(c),
+                    Err(_) => {
+                        std::thread::sleep(PING_EVERY);
+                        continue;
+                    }
+                },
+            };
+            if self.listen_round(conn).is_err() {
+                *self.listening.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                session = None;
+            }
+        }
+    }
+
+    fn open_listener(&self) -> Result<Conn, Failure> {
+        let mut client = self
+            .target
+            .connect(&format!("{} listener", self.app))
+            .map_err(Failure)?;
+        let pid: i32 = client
+            .query_one("SELECT pg_backend_pid()", &[])
+            .map_err(|e| self.error("cannot start a session", &e))?
+            .get(0);
+        client
+            .batch_execute(&format!(
+                "LISTEN ctxlock_ask_{pid}; LISTEN ctxlock_ans_{pid}"
+            ))
+            .map_err(|e| self.error("cannot listen", &e))?;
+        *self.listening.lock().unwrap_or_else(|e| e.into_inner()) = Some(pid);
+        Ok(Conn { client, pid })
+    }
+
+    /// Take the next notification (200 ms at most) and act on it.
+    fn listen_round(&self, conn: &mut Conn) -> Result<(), postgres::Error> {
+        let note = conn
+            .client
+            .notifications()
+            .timeout_iter(Duration::from_millis(200))
+            .next()?;
+        if let Some(n) = note {
+            if n.channel().starts_with("ctxlock_ask") {
+                self.answer(conn, n.payload())?;
+            } else {
+                self.take_answer(n.payload());
+            }
+        }
+        Ok(())
+    }
+
+    /// Answer an ask ("id asker me prefix") with this manager's records, in chunks.
+    fn answer(&self, conn: &mut Conn, ask: &str) -> Result<(), postgres::Error> {
+        let mut parts = ask.splitn(4, ' ');
+        let (Some(id), Some(asker), Some(_me), prefix) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Ok(());
+        };
+        let bytes = encode_infos(&self.local_infos(prefix.unwrap_or("")));
+        let channel = format!("ctxlock_ans_{asker}");
+        let mut chunks: Vec<&[u8]> = bytes.chunks(ANSWER_CHUNK).collect();
+        if chunks.is_empty() {
+            chunks.push(&[]);
+        }
+        let last = chunks.len() - 1;
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let hex: String = chunk.iter().map(|b| format!("{b:02x}")).collect();
+            let payload = format!("{id} {} {} {hex}", conn.pid, u8::from(i == last));
+            conn.client
+                .execute("SELECT pg_notify($1, $2)", &[&channel, &payload])?;
+        }
+        Ok(())
+    }
+
+    /// An answer chunk ("id listener last hex") to one of this manager's asks.
+    fn take_answer(&self, payload: &str) {
+        let mut parts = payload.splitn(4, ' ');
+        let (Some(id), Some(pid), Some(last), hex) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return;
+        };
+        let (Ok(id), Ok(pid)) = (id.parse::<u64>(), pid.parse::<i32>()) else {
+            return;
+        };
+        let hex = hex.unwrap_or("").as_bytes();
+        let bytes: Option<Vec<u8>> = hex
+            .chunks(2)
+            .map(|c| {
+                std::str::from_utf8(c)
+                    .ok()
+                    .and_then(|s| u8::from_str_radix(s, 16).ok())
+            })
+            .collect();
+        let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        if let (Some(pending), Some(bytes)) = (answers.get_mut(&id), bytes) {
+            let entry = pending.entry(pid).or_default();
+            entry.0.extend(bytes);
+            entry.1 = last == "1";
+            self.answered.notify_all();
+        }
+    }
+
     /// This manager's holds and waits whose name starts with `prefix`.
     fn local_infos(&self, prefix: &str) -> Vec<Info> {
         let mut out = self.local.query(prefix);
@@ -1037,6 +1264,8 @@ impl Keeper {
 /// session named otherwise by its url shows that name and its backend's id.
 fn owner_of(app: &str, backend: i32) -> (String, u32) {
     if let Some(rest) = app.strip_prefix("ctxlock ") {
+        let rest = rest.strip_suffix(" listener").unwrap_or(rest);
+        let rest = rest.rsplit_once('/').map_or(rest, |(r, _)| r);
         if let Some((host, pid)) = rest.rsplit_once(':') {
             if let Ok(pid) = pid.parse() {
                 return (host.to_owned(), pid);
@@ -1145,7 +1374,11 @@ impl Gatekeeper for Keeper {
 
     fn collect(&self, prefix: &str) -> Vec<Info> {
         let mut out = self.local_infos(prefix);
-        out.extend(self.remote(prefix));
+        let (asked, answered) = self.ask(prefix);
+        out.extend(asked);
+        // Sessions of managers that did not answer (or are no managers of this
+        // library): what the server shows of them, a row per session.
+        out.extend(self.remote(prefix, &answered));
         out.sort_by(|a, b| a.name.cmp(&b.name).then(a.since.total_cmp(&b.since)));
         out
     }
@@ -1262,14 +1495,20 @@ pub(crate) enum PgError {
 pub(crate) fn connect(url: &str) -> Result<(Arc<dyn Session>, String), PgError> {
     let target = Target::parse(url, &|v| std::env::var(v).ok()).map_err(PgError::Url)?;
     let shown = target.display().to_owned();
-    let app =
-        target.application_name_or(&format!("ctxlock {}:{}", this_host(), std::process::id()));
+    // ORDERING: a unique number; nothing else is published with it.
+    let serial = MANAGERS.fetch_add(1, Ordering::Relaxed) + 1;
+    let app = target.application_name_or(&format!(
+        "ctxlock {}:{}/{serial}",
+        this_host(),
+        std::process::id()
+    ));
     let fences = Arc::new(Fences::default());
     let source = fences.clone();
     let local = MemoryClient::new(Arc::new(MemoryScope::private(move |key: &Key| {
         source.next(key.hash())
     })));
     let keeper = Arc::new_cyclic(|this| Keeper {
+        host: this_host(),
         this: this.clone(),
         target: Arc::new(target),
         app,
@@ -1281,6 +1520,11 @@ pub(crate) fn connect(url: &str) -> Result<(Arc<dyn Session>, String), PgError> 
         watchdog: Mutex::new(None),
         bell: (Mutex::new(()), Condvar::new()),
         statement_done: Condvar::new(),
+        answers: Mutex::new(HashMap::new()),
+        answered: Condvar::new(),
+        asks: AtomicU64::new(0),
+        listening: Mutex::new(None),
+        listener: Mutex::new(None),
         generation: super::fork::generation(),
     });
     let mut first = keeper.open().map_err(|f| PgError::Backend(f.0))?;
@@ -1320,6 +1564,14 @@ pub(crate) fn connect(url: &str) -> Result<(Arc<dyn Session>, String), PgError> 
         .spawn(move || k.watch())
         .map_err(|e| PgError::Backend(format!("cannot start the lock watchdog thread: {e}")))?;
     *keeper.watchdog.lock().unwrap_or_else(|e| e.into_inner()) = Some(watchdog);
+    // Listening before the manager is returned: its first `query()` hears every answer.
+    let listening = keeper.open_listener().map_err(|f| PgError::Backend(f.0))?;
+    let k = keeper.clone();
+    let listener = std::thread::Builder::new()
+        .name("ctxlock-pg-listener".to_owned())
+        .spawn(move || k.listen(listening))
+        .map_err(|e| PgError::Backend(format!("cannot start the lock listener thread: {e}")))?;
+    *keeper.listener.lock().unwrap_or_else(|e| e.into_inner()) = Some(listener);
     Ok((Arc::new(Cohort { keeper }), shown))
 }
 
@@ -1378,6 +1630,14 @@ mod tests {
             ("web-1".to_owned(), 4242)
         );
         assert_eq!(owner_of("ctxlock [::1]:7", 99), ("[::1]".to_owned(), 7));
+        assert_eq!(
+            owner_of("ctxlock web-1:4242/3", 99),
+            ("web-1".to_owned(), 4242)
+        );
+        assert_eq!(
+            owner_of("ctxlock web-1:4242/3 listener", 9),
+            ("web-1".to_owned(), 4242)
+        );
         assert_eq!(owner_of("billing", 99), ("billing backend".to_owned(), 99));
     }
 
