@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import subprocess
@@ -36,11 +37,17 @@ ROWS = (
     "file_contended_vs_fasteners",
     "file_handoff",
     "file_crash",
+    "pg_acquire_unlock",
+    "pg_contended",
+    "pg_async",
+    "pg_cancel",
 )
 #: Rows whose ratio column is a growth against a budget, which may well be 0.
 BUDGET_ROWS = ("churn_rss", "named_1m")
 #: The rows of the file scope (``LockManager("file:///dir")``), between processes.
 FILE_ROWS = tuple(key for key in ROWS if key.startswith("file_"))
+#: The rows of the PostgreSQL scope, against a throwaway server the bench starts.
+PG_ROWS = tuple(key for key in ROWS if key.startswith("pg_"))
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -128,6 +135,62 @@ def test_the_process_rows_machinery_with_the_peers(tmp_path: Path) -> None:
     assert len(latencies) == 20 - 4 and all(t > 0 for t in latencies)
     waited = file._crash_round("flock", tmp_path)
     assert waited is not None and 0 < waited < 5_000_000_000
+
+
+def test_quick_pg_rows_run_or_are_not_available(tmp_path: Path) -> None:
+    proc = run_cli("bench", "--quick", "--json", "--rows", ",".join(PG_ROWS), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = {row["key"]: row for row in json.loads(proc.stdout)["rows"]}
+    assert list(rows) == list(PG_ROWS)
+    for key, row in rows.items():
+        if row["status"] == "skip":  # no server here, no scope in this build, or no peer
+            assert row["note"].startswith("not available: ") or "not installed" in row["note"]
+            continue
+        assert row["status"] in ("ok", "miss"), (key, row["note"])
+        assert row["ratio"] > 0 and row["ours_ns"] > 0, row
+    for key in ("pg_contended", "pg_async"):
+        if rows[key]["status"] != "skip":
+            assert "shares of the holds by process" in rows[key]["note"]
+            assert rows[key]["extra"]["anchor_statements_per_hold"] == pytest.approx(2.0)
+    if rows["pg_acquire_unlock"]["status"] != "skip":
+        assert rows["pg_acquire_unlock"]["extra"]["anchor_statements_per_pair"] == 2.0
+    if rows["pg_cancel"]["status"] != "skip":
+        cancel = rows["pg_cancel"]["extra"]
+        assert 0 < cancel["median_ns"] <= cancel["max_ns"]
+
+
+def test_the_pg_rows_machinery_with_psycopg_and_asyncpg(tmp_path: Path) -> None:
+    """The anchors of the ``pg_*`` rows, their children and the statement count against a
+    real server, whether or not this build has the PostgreSQL scope."""
+    pytest.importorskip("psycopg")
+    from ctxlock._bench import pg, pg_server
+
+    reason = pg_server.missing()
+    if reason is not None:
+        pytest.skip(reason)
+    server = pg_server.shared()
+    stats = pg._Stats(server)
+    try:
+        with pg.PsycopgAdvisoryPair(server.url) as pairs:
+            assert pairs.run(20).per_op_ns > 0
+
+        def make() -> _bench.Workload:
+            return pg.PsycopgAdvisoryPair(server.url)
+
+        one = pg._session_statements(stats, make, 1)
+        assert pg._session_statements(stats, make, 11) - one == 20
+        kinds = [("contend", "psycopg")]
+        if importlib.util.find_spec("asyncpg") is not None:
+            kinds.append(("async", "asyncpg"))
+        for role, kind in kinds:
+            each = pg._overhead(stats, role, kind, server.url)
+            run = pg._contend_run(role, kind, server.url, tmp_path, 0.1, stats, each)
+            assert len(run.holds) == pg.PROCESSES and sum(run.holds) > 0
+            assert run.statements == 2 * sum(run.holds)
+        cancelled = pg._cancel_round_psycopg(stats, server.url)
+        assert cancelled.seen and 0 < cancelled.raised_ns < 5_000_000_000
+    finally:
+        stats.close()
 
 
 class MisspelledCall(_bench.Workload):

@@ -16,8 +16,10 @@ has the named-lock workloads (``LockManager`` against a dict and a ``WeakValueDi
 of ``threading.Lock``) and measures ``named_1m``. ``file.py`` has the rows of the file scope
 (``LockManager("file:///dir")``, the processes of one machine) against ``filelock``,
 ``fasteners`` and ``fcntl.flock``, most of them run in child interpreters that ``procs.py``
-starts and talks to. ``report.py`` prints the results as a table or JSON, ``plot.py``
-draws them.
+starts and talks to. ``pg.py`` has the rows of the PostgreSQL scope
+(``LockManager("postgresql://...")``) against advisory locks taken with psycopg and asyncpg,
+on a throwaway server that ``pg_server.py`` starts. ``report.py`` prints the results as a
+table or JSON, ``plot.py`` draws them.
 """
 
 from ctxlock._bench.config import Config

@@ -36,6 +36,15 @@ class Config:
     handoff_rounds: int = 2_000
     #: Holders killed in ``file_crash``, per lock.
     crash_rounds: int = 5
+    #: ``pg_acquire_unlock``: pairs per sample (each a few round trips to the server), and
+    #: pairs of the separate session whose server statements are counted.
+    pg_pairs: int = 2_000
+    pg_count_pairs: int = 1_000
+    #: Length of one window of ``pg_contended`` and ``pg_async``, and windows per lock.
+    pg_seconds: float = 2.0
+    pg_repeat: int = 3
+    #: Rounds of ``pg_cancel`` (each a waiter cancelled), for ctxlock and the control.
+    pg_cancel_rounds: int = 20
 
     @classmethod
     def full(cls, repeat: int | None = None, *, full_churn: bool = False) -> Config:
@@ -66,4 +75,9 @@ class Config:
             file_repeat=1,
             handoff_rounds=40,
             crash_rounds=1,
+            pg_pairs=50,
+            pg_count_pairs=20,
+            pg_seconds=0.2,
+            pg_repeat=1,
+            pg_cancel_rounds=2,
         )

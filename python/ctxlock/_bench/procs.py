@@ -1,4 +1,5 @@
-"""Child interpreters for the rows between processes (``file.py``), and their locks.
+"""Child interpreters for the rows between processes (``file.py``, ``pg.py``), and the
+file rows' locks.
 
 The parent starts each child with ``subprocess`` (a fresh interpreter, never a fork) and
 talks to it in JSON lines: the child's on its stdout, the parent's on its stdin. Nothing
@@ -63,7 +64,8 @@ SETUP_TIMEOUT_S = 60.0
 #: ``acquire(timeout_s)`` takes the lock and returns the function that releases it.
 Acquire = Callable[[float], Callable[[], object]]
 
-_CHILD = "import sys; from ctxlock._bench.file import child_main; child_main(sys.argv[1:])"
+#: What a child runs: ``child_main(argv)`` of the module named first (``file`` or ``pg``).
+_CHILD = "import importlib, sys; importlib.import_module(sys.argv[1]).child_main(sys.argv[2:])"
 
 
 def file_url(directory: Path) -> str:
@@ -207,17 +209,18 @@ def _child_env() -> dict[str, str]:
 
 
 class Child:
-    """A child interpreter running ``child_main(args)`` of ``ctxlock._bench.file``.
+    """A child interpreter running ``child_main(args)`` of ``module`` (by default
+    ``ctxlock._bench.file``).
 
     ``recv`` returns its next JSON line or raises ``BenchError`` (timed out, exited, or
     reported an error); ``close`` kills it if it still runs. Use it as a context manager.
     """
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, module: str = "ctxlock._bench.file") -> None:
         self.args = args
         self._stderr: IO[bytes] = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, *args],
+            [sys.executable, "-c", _CHILD, module, *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,

@@ -95,6 +95,34 @@ over cost, so lower is better). The rows:
     milliseconds; target <= 100 ms, and no round may reach 1 s (hard limit). Control:
     ``fcntl.flock``.
 
+``pg_acquire_unlock``
+    ``u = acq(); u()`` uncontended on one name of a ``LockManager("postgresql://...")``
+    (the handle made once, ``acq`` pre-bound), against psycopg 3 running
+    ``SELECT pg_advisory_lock(%s)`` / ``SELECT pg_advisory_unlock(%s)`` prepared on one
+    autocommit connection. Target <= 1.0. The note has the server statements per pair of
+    both (counted in ``pg_stat_database``, see ``pg.py``).
+``pg_contended``
+    4 processes x 8 threads take one name for a fixed window (2 s, 3 windows each,
+    interleaved) with a tiny critical section; ns per hold, against psycopg with one
+    connection per thread taking the advisory lock. Target <= 0.2 (at least 5 times the
+    holds per second), and at most 0.5 server statements per hold for ctxlock. The note
+    has the holds per second, statements per hold, each process's share of the holds and
+    the longest single wait of both.
+``pg_async``
+    The same with 4 processes x 8 asyncio tasks (``await lock.acquire_async()``), against
+    asyncpg with one connection per task. Target <= 0.2.
+``pg_cancel``
+    A child process holds the name; a thread waits in ``acquire(token)`` (one manager,
+    a new token each round); the token is cancelled. The ratio column is the median time
+    from ``token.cancel()`` to ``Cancelled`` raised, in milliseconds, over 20 rounds;
+    target <= 100 ms. The note has the maximum and the time until the server shows no
+    waiting request; the control is psycopg's ``Connection.cancel()`` of a waiting
+    ``pg_advisory_lock``.
+
+The ``pg_*`` rows start a throwaway PostgreSQL server (``pg_server.py``) and stop it when the
+run ends; they are skipped ("not available") where none can be started or where the build
+has no PostgreSQL scope (``LockManager("postgresql://...")`` raises ``BackendError``).
+
 The ``file_*`` rows are skipped ("not available") where the build has no file scope
 (``LockManager("file:///...")`` raises ``BackendError``).
 
@@ -117,6 +145,9 @@ from ctxlock._bench.memory import memory_row
 from ctxlock._bench.named import named_memory_row
 from ctxlock._bench.pairs import pair
 from ctxlock._bench.peers import PeerMissing
+from ctxlock._bench.pg import acquire_unlock_row as pg_acquire_unlock_row
+from ctxlock._bench.pg import cancel_row as pg_cancel_row
+from ctxlock._bench.pg import contended_row as pg_contended_row
 from ctxlock._bench.result import RowResult
 from ctxlock._bench.row import Row
 from ctxlock._bench.scaling import scaling_row
@@ -294,6 +325,38 @@ ROWS: Sequence[Row] = (
         "budget",
         100.0,
         crash_row,
+        unit="ns",
+        ratio_unit=" ms",
+    ),
+    Row(
+        "pg_acquire_unlock",
+        "postgresql:// scope: u = acq(); u() on one name vs pg_advisory_lock/unlock (psycopg)",
+        "psycopg",
+        1.0,
+        pg_acquire_unlock_row,
+    ),
+    Row(
+        "pg_contended",
+        "4 processes x 8 threads on one name, tiny critical section; ns per hold vs psycopg",
+        "psycopg",
+        0.2,
+        pg_contended_row("contend", "psycopg"),
+        unit="ns/hold",
+    ),
+    Row(
+        "pg_async",
+        "4 processes x 8 asyncio tasks on one name; ns per hold vs asyncpg",
+        "asyncpg",
+        0.2,
+        pg_contended_row("async", "asyncpg"),
+        unit="ns/hold",
+    ),
+    Row(
+        "pg_cancel",
+        "token.cancel() of a waiter to Cancelled raised (ratio column: median ms)",
+        "budget",
+        100.0,
+        pg_cancel_row,
         unit="ns",
         ratio_unit=" ms",
     ),
