@@ -17,7 +17,7 @@ $(PY):
 develop: $(PY)
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 
-bench: develop
+bench: develop postgres
 	$(PY) -m ctxlock bench
 
 test: develop postgres lint test-rust test-loom test-python sanitize
