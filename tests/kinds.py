@@ -85,6 +85,9 @@ class Family:
     #: ``Lock`` lets a running thread overtake a queued one; tasks are always served in
     #: order).
     fifo: bool = True
+    #: Every operation is a round trip to a server: the model-based test runs a quarter of
+    #: its examples (its steps cost milliseconds, not microseconds).
+    slow: bool = False
     #: Its kinds: the exclusive lock, then the sharable lock's exclusive and shared views.
     kinds: tuple[Kind, ...] = field(init=False, compare=False, repr=False)
 
@@ -194,6 +197,7 @@ FAMILIES: list[Family] = [
                 sharable=lambda: _pg_manager().sharable_lock(fresh_name()),
                 # As the file scope: threads of one manager may retake a name first.
                 fifo=False,
+                slow=True,
             )
         ]
         if PG_MISSING is None

@@ -19,14 +19,13 @@ The file holds five parts:
   its table in, a pgbouncer in transaction mode), ``PG*`` variables;
 - the contract of every scope: the tests of ``test_lock_manager.py`` that take the
   ``managers`` fixture, and the scope-agnostic tests of ``test_file_scope.py`` (other
-  processes, pickling), run here again with urls of this server (but for the query tests
-  that expect another manager's entries in detail: see the last part);
+  processes, pickling, query), run here again with urls of this server;
 - what the server shows: one session-level advisory lock per hold, none once ``unlock()``
   returns, none left by a wait that was cancelled or timed out;
 - waits: a cancel ends a blocked wait at once, ``deadline=0`` tries once, a wait in asyncio
   leaves the loop running, a grant racing a cancel leaves the name free;
-- query: a manager's own holds and waits by thread or task, another client's as its
-  process (once per name and mode), with the time each began.
+- query: a manager's own holds and waits by thread or task, and another manager's as it
+  answers (its threads and tasks too), with the time each began.
 
 Timing assertions are loose bounds that a correct implementation meets by far.
 """
@@ -497,6 +496,19 @@ test_close_from_another_thread_ends_a_waiting_task = (
 test_query_names_the_task_still_inside_async_with = (
     contract.test_query_names_the_task_still_inside_async_with
 )
+test_query_lists_the_holds_and_waiters_of_every_manager = (
+    contract.test_query_lists_the_holds_and_waiters_of_every_manager
+)
+test_query_names_the_task_that_holds_or_waits = (
+    contract.test_query_names_the_task_that_holds_or_waits
+)
+test_query_lists_each_shared_holder = contract.test_query_lists_each_shared_holder
+test_query_lists_the_holds_and_waits_of_another_process = (
+    file_scope.test_query_lists_the_holds_and_waits_of_another_process
+)
+test_query_from_another_process_tells_the_thread_apart = (
+    file_scope.test_query_from_another_process_tells_the_thread_apart
+)
 test_query_forgets_a_lost_hold = contract.test_query_forgets_a_lost_hold
 test_query_forgets_a_waiter_that_gave_up = contract.test_query_forgets_a_waiter_that_gave_up
 test_unlock_twice_and_close_twice_are_harmless = (
@@ -505,11 +517,6 @@ test_unlock_twice_and_close_twice_are_harmless = (
 test_an_unlock_called_from_another_thread_after_close_is_harmless = (
     contract.test_an_unlock_called_from_another_thread_after_close_is_harmless
 )
-
-# Not here: the query tests that expect another manager's entries to name the thread or task
-# and to list each of its holds. A manager is one client of the server (README: one server
-# lock per name per manager, queued and passed on locally), so another manager shows as the
-# process (host:pid), once per name and mode; see the query tests below.
 
 # The tests of test_file_scope.py that hold for any scope shared by processes: they take the
 # ``url``, ``managers``, ``repls`` and ``children`` fixtures above, so here they run on this
@@ -906,25 +913,6 @@ async def test_query_names_its_own_thread_or_task_and_another_manager_s_process(
         holder.release()
         (await contract.bounded(waiter))()
     assert first.query(ns) == [] and second.query(ns) == []
-
-
-def test_query_lists_its_own_shared_holds_and_one_per_other_manager(
-    ns: str, managers: Managers
-) -> None:
-    first, second = managers(2)
-    readers = [first.sharable_lock(ns + "a").shared.acquire() for _ in range(2)]
-    readers.append(second.sharable_lock(ns + "a").shared.acquire())
-    try:
-        for mgr, own in ((first, 2), (second, 1)):
-            infos = mgr.query(ns)
-            assert {(i.name, i.mode, i.state) for i in infos} == {(ns + "a", "shared", "held")}
-            detailed = [i for i in infos if threading.current_thread().name in i.owner]
-            assert len(detailed) == own, infos
-            assert len(infos) == own + 1, infos  # the other manager: one server hold
-    finally:
-        for unlock in readers:
-            unlock()
-    assert second.query(ns) == []
 
 
 def test_query_lists_the_holds_and_waits_of_another_process_as_that_process(

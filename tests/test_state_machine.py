@@ -366,7 +366,7 @@ def test_api_state_machine(family: Family) -> None:
     run_state_machine_as_test(
         lambda: LockMachine(family),
         settings=settings(
-            max_examples=EXAMPLES_PER_TARGET * targets,
+            max_examples=EXAMPLES_PER_TARGET * targets // (4 if family.slow else 1),
             stateful_step_count=STEPS,
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow],

@@ -1038,7 +1038,8 @@ impl Keeper {
     }
 
     /// Holders and waiters of other clients, from the server.
-    fn remote(&self, prefix: &str, answered: &[String]) -> Vec<Info> {
+    /// Each with its session's `application_name`.
+    fn remote(&self, prefix: &str) -> Vec<(Info, Option<String>)> {
         let mut gates = self.gates();
         if gates.closed || self.forked() {
             return Vec::new();
@@ -1055,16 +1056,6 @@ impl Keeper {
                    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
                    AND l.pid <> ALL($1) AND starts_with(n.name, $2)";
         let rows = match main.conn.client.query(sql, &[&pids, &prefix]) {
-            Ok(rows) => Ok(rows
-                .into_iter()
-                .filter(|r| {
-                    let app: Option<String> = r.get(4);
-                    !app.is_some_and(|a| answered.contains(&a))
-                })
-                .collect::<Vec<_>>()),
-            Err(e) => Err(e),
-        };
-        let rows = match rows {
             Ok(rows) => rows,
             Err(e) => {
                 let f = self.error("cannot read pg_locks", &e);
@@ -1080,7 +1071,7 @@ impl Keeper {
                 let backend: i32 = r.get(3);
                 let app: Option<String> = r.get(4);
                 let (host, pid) = owner_of(app.as_deref().unwrap_or(""), backend);
-                Info {
+                let info = Info {
                     name: Arc::from(name),
                     mode: if mode == "ShareLock" {
                         Mode::Shared
@@ -1092,7 +1083,8 @@ impl Keeper {
                     pid,
                     host: Some(Arc::from(host)),
                     since: r.get::<_, Option<f64>>(5).unwrap_or(0.0),
-                }
+                };
+                (info, app)
             })
             .collect()
     }
@@ -1100,7 +1092,7 @@ impl Keeper {
     /// Ask every other manager of the database (their listening sessions) for their
     /// holds and waits whose name starts with `prefix`: the records of those that
     /// answered within `ANSWER_WITHIN`, and the application names of their sessions.
-    fn ask(&self, prefix: &str) -> (Vec<Info>, Vec<String>) {
+    fn ask(&self, prefix: &str, targets: &[String]) -> (Vec<Info>, Vec<String>) {
         let Some(me) = *self.listening.lock().unwrap_or_else(|e| e.into_inner()) else {
             return (Vec::new(), Vec::new());
         };
@@ -1122,9 +1114,14 @@ impl Keeper {
             let sql = "SELECT a.pid, a.application_name, \
                        pg_notify('ctxlock_ask_' || a.pid, $1::text || ' ' || a.pid || ' ' || $3::text) \
                        FROM pg_stat_activity a WHERE a.datname = current_database() \
-                       AND a.application_name LIKE 'ctxlock %listener' AND a.pid <> $2";
+                       AND a.application_name = ANY($4) AND a.pid <> $2";
             let head = format!("{ask} {me}");
-            match main.conn.client.query(sql, &[&head, &me, &prefix]) {
+            let listeners: Vec<String> = targets.iter().map(|t| format!("{t} listener")).collect();
+            match main
+                .conn
+                .client
+                .query(sql, &[&head, &me, &prefix, &listeners])
+            {
                 Ok(rows) => rows.iter().map(|r| (r.get(0), r.get(1))).collect(),
                 Err(_) => Vec::new(),
             }
@@ -1420,11 +1417,29 @@ impl Gatekeeper for Keeper {
 
     fn collect(&self, prefix: &str) -> Vec<Info> {
         let mut out = self.local_infos(prefix);
-        let (asked, answered) = self.ask(prefix);
+        // What the server shows of the other clients first: only the managers it shows
+        // holding or waiting are asked (a manager with threads queued for a name has a
+        // session that holds it or waits for it), and none when it shows nobody.
+        let rows = self.remote(prefix);
+        let mut targets: Vec<String> = rows
+            .iter()
+            .filter_map(|(_, app)| app.clone().filter(|a| a.starts_with("ctxlock ")))
+            .collect();
+        targets.sort();
+        targets.dedup();
+        let (asked, answered) = if targets.is_empty() {
+            (Vec::new(), Vec::new())
+        } else {
+            self.ask(prefix, &targets)
+        };
         out.extend(asked);
         // Sessions of managers that did not answer (or are no managers of this
         // library): what the server shows of them, a row per session.
-        out.extend(self.remote(prefix, &answered));
+        out.extend(
+            rows.into_iter()
+                .filter(|(_, app)| !app.as_ref().is_some_and(|a| answered.contains(a)))
+                .map(|(info, _)| info),
+        );
         out.sort_by(|a, b| a.name.cmp(&b.name).then(a.since.total_cmp(&b.since)));
         out
     }
