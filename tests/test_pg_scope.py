@@ -962,3 +962,36 @@ def test_another_manager_sees_when_a_hold_began_however_long_it_lasts(
         time.sleep(1.6)
         (info,) = second.query(ns)
         assert before - 0.05 <= info.since <= after + 0.05, (info, before, after)
+
+
+def test_threads_of_one_manager_taking_one_name_in_a_loop_never_stall(
+    ns: str, managers: Managers
+) -> None:
+    # Eight threads of one manager take one name, do a few microseconds of work and let it
+    # go, over and over: the server hold is passed among them and, at batch ends, given
+    # back and taken again. A ticket left at a gate kept for local demand once waited for
+    # a release that never came, and every thread then timed out.
+    (mgr,) = managers(1)
+    lock = mgr.lock(ns + "loop")
+    until = time.monotonic() + 1.5
+    errors: list[BaseException] = []
+    counts = [0] * 8
+
+    def loop(i: int) -> None:
+        while time.monotonic() < until:
+            try:
+                unlock = lock.acquire(deadline=PATIENCE)
+            except BaseException as exc:
+                errors.append(exc)
+                return
+            counts[i] += 1
+            unlock()
+
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(PATIENCE * 2)
+    assert not errors, errors[:3]
+    assert all(counts), counts
+    contract.assert_free(mgr, ns + "loop")
