@@ -107,6 +107,29 @@ pub(crate) fn wake(tickets: Vec<Arc<Ticket>>) {
     }
 }
 
+/// A manager's own records for `query()`: its private scope's holds and waits, and the
+/// tickets at its gates (each gate's name and tickets), whose name starts with `prefix`.
+pub(crate) fn local_infos<'a>(
+    local: &MemoryClient,
+    prefix: &str,
+    gates: impl Iterator<Item = (&'a Arc<str>, &'a [Arc<Ticket>])>,
+) -> Vec<Info> {
+    let mut out = local.query(prefix);
+    let pid = std::process::id();
+    for (name, tickets) in gates.filter(|(name, _)| name.starts_with(prefix)) {
+        out.extend(tickets.iter().map(|t| Info {
+            name: name.clone(),
+            mode: t.mode,
+            held: false,
+            who: t.who.clone(),
+            pid,
+            host: None,
+            since: t.since,
+        }));
+    }
+    out
+}
+
 /// A manager of a wider scope: its private in-process scope behind its gates.
 pub(crate) struct Cohort<K: Gatekeeper> {
     pub keeper: Arc<K>,

@@ -551,24 +551,9 @@ impl Keeper {
 
     /// This client's holds and waits whose name starts with `prefix`.
     fn local_infos(&self, prefix: &str) -> Vec<Info> {
-        let mut out = self.local.query(prefix);
-        let pid = std::process::id();
         let gates = self.gates();
-        for g in gates.map.iter() {
-            if !g.name.starts_with(prefix) {
-                continue;
-            }
-            out.extend(g.tickets.iter().map(|t| Info {
-                name: g.name.clone(),
-                mode: t.mode,
-                held: false,
-                who: t.who.clone(),
-                pid,
-                host: None,
-                since: t.since,
-            }));
-        }
-        out
+        let tickets = gates.map.iter().map(|g| (&g.name, &g.tickets[..]));
+        super::cohort::local_infos(&self.local, prefix, tickets)
     }
 
     /// The agent: publish this client's records when asked.

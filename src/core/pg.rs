@@ -948,6 +948,24 @@ impl Keeper {
         }
     }
 
+    /// Wait while `running` says a wait's statement runs (one that was cancelled), for
+    /// `WITHDRAW_WAIT` at most.
+    fn await_statements(&self, running: impl Fn(&Gates) -> bool) {
+        let until = Instant::now() + WITHDRAW_WAIT;
+        let mut gates = self.gates();
+        while running(&gates) {
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            gates = self
+                .statement_done
+                .wait_timeout(gates, until - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
     /// Send the cancel request for a gate's running wait (its tickets are gone).
     fn cancel_wait(&self, token: CancelToken) {
         let target = self.target.clone();
@@ -1279,24 +1297,9 @@ impl Keeper {
 
     /// This manager's holds and waits whose name starts with `prefix`.
     fn local_infos(&self, prefix: &str) -> Vec<Info> {
-        let mut out = self.local.query(prefix);
-        let pid = std::process::id();
         let gates = self.gates();
-        for g in gates.map.iter() {
-            if !g.name.starts_with(prefix) {
-                continue;
-            }
-            out.extend(g.tickets.iter().map(|t| Info {
-                name: g.name.clone(),
-                mode: t.mode,
-                held: false,
-                who: t.who.clone(),
-                pid,
-                host: None,
-                since: t.since,
-            }));
-        }
-        out
+        let tickets = gates.map.iter().map(|g| (&g.name, &g.tickets[..]));
+        super::cohort::local_infos(&self.local, prefix, tickets)
     }
 }
 
@@ -1374,24 +1377,14 @@ impl Gatekeeper for Keeper {
             // The server's wait ends before the acquire raises: then nothing of it is
             // left (`statistics()` counts no waiter, `pg_locks` shows none).
             self.cancel_wait(token);
-            let until = Instant::now() + WITHDRAW_WAIT;
-            let mut gates = self.gates();
-            loop {
-                let name = key.name();
-                let running = gates
-                    .map
-                    .find(key.hash(), |g| *g.name == *name)
-                    .is_some_and(|g| g.statement);
-                let now = Instant::now();
-                if !running || now >= until || gates.closed {
-                    break;
-                }
-                gates = self
-                    .statement_done
-                    .wait_timeout(gates, until - now)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
-            }
+            let name = key.name();
+            self.await_statements(|gates| {
+                !gates.closed
+                    && gates
+                        .map
+                        .find(key.hash(), |g| *g.name == *name)
+                        .is_some_and(|g| g.statement)
+            });
         }
         out
     }
@@ -1478,19 +1471,7 @@ impl Gatekeeper for Keeper {
         }
         if waited {
             // As for a waiter that gives up: the server's waits end before close returns.
-            let until = Instant::now() + WITHDRAW_WAIT;
-            let mut gates = self.gates();
-            while gates.map.iter().any(|g| g.statement) {
-                let now = Instant::now();
-                if now >= until {
-                    break;
-                }
-                gates = self
-                    .statement_done
-                    .wait_timeout(gates, until - now)
-                    .unwrap_or_else(|e| e.into_inner())
-                    .0;
-            }
+            self.await_statements(|gates| gates.map.iter().any(|g| g.statement));
         }
         self.wake(wake);
         self.stop_helpers();
