@@ -1075,6 +1075,10 @@ impl Keeper {
                    AND l.pid <> ALL($1) AND starts_with(n.name, $2)";
         let rows = match main.conn.client.query(sql, &[&pids, &prefix]) {
             Ok(rows) => rows,
+            // A statement the server refused (a server without `pg_locks.waitstart`,
+            // before PostgreSQL 14; a role that may not read the view) leaves the session
+            // as it was: only this manager's own records are shown.
+            Err(e) if e.code().is_some() => return Vec::new(),
             Err(e) => {
                 let f = self.error("cannot read pg_locks", &e);
                 let lost = self.main_failed(&mut gates);
