@@ -186,7 +186,9 @@ def test_the_pg_rows_machinery_with_psycopg_and_asyncpg(tmp_path: Path) -> None:
             each = pg._overhead(stats, role, kind, server.url)
             run = pg._contend_run(role, kind, server.url, tmp_path, 0.1, stats, each)
             assert len(run.holds) == pg.PROCESSES and sum(run.holds) > 0
-            assert run.statements == 2 * sum(run.holds)
+            # Two statements a hold; a hold a process was taking when its window closed
+            # (counted by the server, not by the process) may add two each.
+            assert 0 <= run.statements - 2 * sum(run.holds) <= 2 * pg.PROCESSES, run
         cancelled = pg._cancel_round_psycopg(stats, server.url)
         assert cancelled.seen and 0 < cancelled.raised_ns < 5_000_000_000
     finally:
