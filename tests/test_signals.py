@@ -271,10 +271,16 @@ def test_signal_handler_during_token_wait_keeps_timeout(spawn, usr1_handler):
 
 SCRIPT = textwrap.dedent(
     """
+    import signal
     import sys
     import threading
 
     import ctxlock
+
+    # Python keeps SIGINT ignored if it started ignored, and a child inherits its
+    # parent's signal mask: this child must not depend on the test session's state.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
     lock = ctxlock.Lock()
     held = []
