@@ -107,6 +107,42 @@ pub(crate) fn wake(tickets: Vec<Arc<Ticket>>) {
     }
 }
 
+/// The keepers of one scope's managers, so that their helper threads can be stopped
+/// before the embedding finalizes (`scopes::before_exit`).
+pub(crate) struct Keepers<K>(Mutex<Vec<std::sync::Weak<K>>>);
+
+impl<K> Keepers<K> {
+    pub const fn new() -> Keepers<K> {
+        Keepers(Mutex::new(Vec::new()))
+    }
+
+    fn list(&self) -> MutexGuard<'_, Vec<std::sync::Weak<K>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Remember a new manager's keeper (and forget those that are gone).
+    pub fn add(&self, keeper: &Arc<K>) {
+        let mut list = self.list();
+        list.retain(|k| k.strong_count() > 0);
+        list.push(Arc::downgrade(keeper));
+    }
+
+    /// Every keeper still alive, forgotten here.
+    pub fn take(&self) -> Vec<Arc<K>> {
+        self.list().drain(..).filter_map(|k| k.upgrade()).collect()
+    }
+}
+
+/// Why a manager made before `fork()` cannot be used in the child: its descriptors or
+/// sessions are the parent's.
+pub(crate) fn forked_failure() -> Failure {
+    Failure(
+        "this LockManager was made before fork() in the parent process; make a new \
+         LockManager in the child"
+            .to_owned(),
+    )
+}
+
 /// A manager's own records for `query()`: its private scope's holds and waits, and the
 /// tickets at its gates (each gate's name and tickets), whose name starts with `prefix`.
 pub(crate) fn local_infos<'a>(

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use hashbrown::HashTable;
 
-use super::cohort::{decode_infos, encode_infos, Cohort, Gatekeeper, Ticket};
+use super::cohort::{decode_infos, encode_infos, Cohort, Gatekeeper, Keepers, Ticket};
 use super::file_table::{
     futex_wait, futex_wake, stable_hash, Range, Table, NEWS_AGENT, NEWS_ALL, NEWS_RELEASE,
 };
@@ -122,7 +122,7 @@ struct Keeper {
 
 /// Every manager's keeper, so that the agents can be stopped before the interpreter
 /// finalizes (`stop_agents`).
-static KEEPERS: Mutex<Vec<std::sync::Weak<Keeper>>> = Mutex::new(Vec::new());
+static KEEPERS: Keepers<Keeper> = Keepers::new();
 
 /// Stop every agent thread of this process (their managers' threads still get their
 /// locks; tasks that wait at a gate no longer do). The embedding calls it before it
@@ -130,13 +130,7 @@ static KEEPERS: Mutex<Vec<std::sync::Weak<Keeper>>> = Mutex::new(Vec::new());
 /// interpreter, and CPython ends a thread that takes its lock while it finalizes, which
 /// a thread that is no Python thread does not survive.
 pub fn stop_agents() {
-    let keepers: Vec<_> = KEEPERS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .drain(..)
-        .filter_map(|k| k.upgrade())
-        .collect();
-    for k in keepers {
+    for k in KEEPERS.take() {
         k.stop_agent();
     }
 }
@@ -734,10 +728,7 @@ pub(crate) fn connect(dir: &std::path::Path) -> Result<Arc<dyn Session>, String>
         .spawn(move || agent(k))
         .map_err(|e| format!("cannot start the lock agent thread: {e}"))?;
     *keeper.agent.lock().unwrap_or_else(|e| e.into_inner()) = Some(agent);
-    let mut keepers = KEEPERS.lock().unwrap_or_else(|e| e.into_inner());
-    keepers.retain(|k| k.strong_count() > 0);
-    keepers.push(Arc::downgrade(&keeper));
-    drop(keepers);
+    KEEPERS.add(&keeper);
     Ok(Arc::new(Cohort { keeper }))
 }
 
@@ -799,11 +790,7 @@ impl Gatekeeper for Keeper {
 
     fn failure(&self) -> Option<Failure> {
         if self.forked() {
-            return Some(Failure(
-                "this LockManager was made before fork() in the parent process; make a new \
-                 LockManager in the child"
-                    .to_owned(),
-            ));
+            return Some(super::cohort::forked_failure());
         }
         self.broken.get().cloned()
     }

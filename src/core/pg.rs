@@ -46,7 +46,7 @@ use hashbrown::HashTable;
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::{CancelToken, Client, SimpleQueryMessage, Statement};
 
-use super::cohort::{decode_infos, encode_infos, Cohort, Gatekeeper, Ticket};
+use super::cohort::{decode_infos, encode_infos, Cohort, Gatekeeper, Keepers, Ticket};
 use super::memory::{MemoryClient, MemoryScope};
 use super::named::{Failure, Info, Key, Session, Who};
 use super::pg_url::Target;
@@ -240,18 +240,12 @@ pub(crate) struct Keeper {
 }
 
 /// Every manager's keeper, so that their threads stop before the interpreter finalizes.
-static KEEPERS: Mutex<Vec<std::sync::Weak<Keeper>>> = Mutex::new(Vec::new());
+static KEEPERS: Keepers<Keeper> = Keepers::new();
 
 /// Stop every watchdog of this process and every wake-up its wait threads would do
 /// (see `file::stop_agents` for why).
 pub fn stop_agents() {
-    let keepers: Vec<_> = KEEPERS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .drain(..)
-        .filter_map(|k| k.upgrade())
-        .collect();
-    for k in keepers {
+    for k in KEEPERS.take() {
         k.stop_helpers();
     }
 }
@@ -1487,11 +1481,7 @@ impl Gatekeeper for Keeper {
 
     fn failure(&self) -> Option<Failure> {
         if self.forked() {
-            return Some(Failure(
-                "this LockManager was made before fork() in the parent process; make a new \
-                 LockManager in the child"
-                    .to_owned(),
-            ));
+            return Some(super::cohort::forked_failure());
         }
         let gates = self.gates();
         match &gates.down {
@@ -1600,10 +1590,7 @@ pub(crate) fn connect(url: &str) -> Result<(Arc<dyn Session>, String), PgError> 
         gates.main = Some(main);
         gates.idle.push(second);
     }
-    let mut keepers = KEEPERS.lock().unwrap_or_else(|e| e.into_inner());
-    keepers.retain(|k| k.strong_count() > 0);
-    keepers.push(Arc::downgrade(&keeper));
-    drop(keepers);
+    KEEPERS.add(&keeper);
     let k = keeper.clone();
     let watchdog = std::thread::Builder::new()
         .name("ctxlock-pg-watchdog".to_owned())
