@@ -97,19 +97,38 @@ pub fn lock<L: RawLock + ?Sized, E>(lock: &L, wait: Wait<'_, E>) -> Result<(), A
     if lock.try_lock() {
         return Ok(());
     }
-    block(lock, wait, Compete::AtOnce, |w| w.step())
+    block(lock, wait, Compete::AtOnce, 0, |w| w.step())
 }
 
-/// Rule 4 for a thread that ran rules 1 to 3: step the wait until it holds the lock.
-/// `step` runs one step (the binding releases the GIL around it); a thread woken to
-/// compete competes after it.
+/// Rule 4 for a thread that ran rules 1 to 3: first spin up to `spins` times while the
+/// lock says it is worth it ([`RawLock::may_spin`]: held, nobody queued), yielding the
+/// CPU between tries; then step the wait until it holds the lock. `step` runs one step
+/// (the binding releases the GIL around it); a thread woken to compete competes after
+/// it.
+///
+/// Spinning pays where the holder runs in parallel and holds briefly: a park and its
+/// wake-up cost two thread switches, far more than a short critical section (CPython's
+/// `PyMutex` and parking_lot spin the same way, and only then). With a GIL the holder
+/// cannot run while the spinner holds it, so the binding passes 0 there. A spin lasts
+/// a few microseconds at most, so it ignores the deadline and the token: an acquire that
+/// wins the lock meanwhile succeeds, as one that wins a race against a cancel may.
 #[cold]
 pub fn block<'a, L: RawLock + ?Sized, E>(
     lock: &'a L,
     wait: Wait<'a, E>,
     compete: Compete,
+    spins: u32,
     mut step: impl FnMut(&mut ThreadWait<'a, L, E>) -> Result<Woken, AcquireError<E>>,
 ) -> Result<(), AcquireError<E>> {
+    for _ in 0..spins {
+        if !lock.may_spin() {
+            break;
+        }
+        std::thread::yield_now();
+        if lock.try_lock() {
+            return Ok(());
+        }
+    }
     let mut waiting = ThreadWait::new(lock, wait, compete);
     loop {
         match step(&mut waiting)? {

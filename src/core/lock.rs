@@ -43,6 +43,11 @@ impl RawLock for LockView {
         self.slot.release(self.mode)
     }
 
+    #[inline]
+    fn may_spin(&self) -> bool {
+        self.slot.may_spin()
+    }
+
     fn enqueue(&self, notify: Notify, compete: Compete) -> Enqueued<SlotWaiter> {
         let waiter = Arc::new(Waiter::new(self.mode, notify, compete == Compete::Later));
         if self.slot.enqueue(&waiter) {

@@ -97,6 +97,17 @@ pub trait RawLock: Send + Sync {
     fn failure(&self) -> Option<String> {
         None
     }
+
+    /// Whether a thread about to queue may spin briefly instead ([`acquire::block`]):
+    /// only when the lock is held and nobody is queued, so that the holder is running
+    /// and a spinner overtakes no sleeping waiter. Kinds whose holder is elsewhere (a
+    /// server, another process) keep the default: never.
+    ///
+    /// [`acquire::block`]: super::acquire::block
+    #[inline]
+    fn may_spin(&self) -> bool {
+        false
+    }
 }
 
 /// A queued acquire of one [`RawLock`].

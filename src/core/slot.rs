@@ -111,6 +111,15 @@ impl Slot {
         self.state.load(Ordering::Relaxed)
     }
 
+    /// Held, with nobody queued (see [`RawLock::may_spin`]).
+    ///
+    /// [`RawLock::may_spin`]: super::raw::RawLock::may_spin
+    #[inline]
+    pub(crate) fn may_spin(&self) -> bool {
+        let s = self.state();
+        slot_held(s) && s & QUEUED == 0
+    }
+
     /// The uncontended acquire: one CAS, no mutex, no clock.
     #[inline]
     pub(crate) fn try_lock(&self, mode: Mode) -> bool {

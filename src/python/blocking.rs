@@ -85,6 +85,14 @@ const COMPETE: Compete = Compete::Later;
 #[cfg(Py_GIL_DISABLED)]
 const COMPETE: Compete = Compete::AtOnce;
 
+/// How many times a thread that found the lock taken spins before it queues (see
+/// `acquire::block`): as CPython's `PyMutex`, 40 tries without a GIL and none with one
+/// (the holder could not run while the spinner holds the GIL).
+#[cfg(not(Py_GIL_DISABLED))]
+const SPINS: u32 = 0;
+#[cfg(Py_GIL_DISABLED)]
+const SPINS: u32 = 40;
+
 /// The slow path of a blocking acquire.
 ///
 /// A waiter that a release wakes to compete for the free slot (the barging policy)
@@ -108,5 +116,7 @@ pub(crate) fn lock<L: RawLock>(
         cancel,
         interrupt: interrupt(py),
     };
-    acquire::block(lock, wait, COMPETE, |waiting| py.detach(|| waiting.step()))
+    acquire::block(lock, wait, COMPETE, SPINS, |waiting| {
+        py.detach(|| waiting.step())
+    })
 }

@@ -119,6 +119,7 @@ impl Kind for LockView {
 pub(crate) trait DynKind: Send + Sync {
     fn try_lock(&self) -> bool;
     fn unlock(&self) -> bool;
+    fn may_spin(&self) -> bool;
     fn enqueue(&self, notify: Notify, compete: Compete) -> Enqueued<Box<dyn RawWaiter>>;
     fn failure(&self) -> Option<String>;
     fn names_owners(&self) -> bool;
@@ -141,6 +142,11 @@ impl<K: Kind> DynKind for K {
     #[inline]
     fn unlock(&self) -> bool {
         RawLock::unlock(self)
+    }
+
+    #[inline]
+    fn may_spin(&self) -> bool {
+        RawLock::may_spin(self)
     }
 
     fn enqueue(&self, notify: Notify, compete: Compete) -> Enqueued<Box<dyn RawWaiter>> {
@@ -256,6 +262,11 @@ impl RawLock for Owner {
     #[inline]
     fn unlock(&self) -> bool {
         self.kind().unlock()
+    }
+
+    #[inline]
+    fn may_spin(&self) -> bool {
+        self.kind().may_spin()
     }
 
     fn enqueue(&self, notify: Notify, compete: Compete) -> Enqueued<Box<dyn RawWaiter>> {

@@ -13,6 +13,7 @@ mod blocking;
 pub(crate) mod cancel;
 mod dealloc;
 mod errors;
+mod freelist;
 pub(crate) mod kind;
 pub(crate) mod lock;
 mod named;
@@ -37,6 +38,8 @@ fn _ctxlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<named::PyLockInfo>()?;
     m.add_class::<cancel::PyCancelToken>()?;
     m.add_class::<unlock::PyUnlock>()?;
+    freelist::install::<unlock::PyUnlock>(m.py());
+    freelist::install::<named::PyNamedLock>(m.py());
     m.add("_fast_calls", install_fast_calls(m.py())?)?;
     let after_fork = wrap_pyfunction!(after_fork_in_child, m)?;
     let kwargs = pyo3::types::PyDict::new(m.py());

@@ -275,12 +275,21 @@ fn mode_name(mode: Mode) -> &'static str {
 /// from this process's one ``LockManager`` of that url, another client than the pickled
 /// lock's manager. A ``"memory:"`` lock is a lock of this process only: pickling it raises
 /// ``TypeError``.
-#[pyclass(name = "NamedLock", module = "ctxlock", frozen, freelist = 64, weakref)]
+#[pyclass(name = "NamedLock", module = "ctxlock", frozen, weakref)]
 pub(crate) struct PyNamedLock {
     /// Borrows its name from `name` (dropped after it: fields drop in order).
     view: NamedView,
     name: Py<PyString>,
     manager: Py<PyLockManager>,
+}
+
+/// One is made on every `mgr.lock(name)`: from a free list (`freelist.rs`).
+impl super::freelist::Pooled for PyNamedLock {
+    fn free_list() -> &'static super::freelist::FreeList {
+        static LIST: super::freelist::FreeList =
+            super::freelist::FreeList::new(super::freelist::NAMED_LOCK);
+        &LIST
+    }
 }
 
 impl PyNamedLock {

@@ -21,7 +21,7 @@ use super::vectorcall::{call_unlock, FastCall};
 ///
 /// An ``Unlock`` that is garbage-collected while still holding its lock releases it and
 /// emits a ``ResourceWarning``: a lock is never left held by an object nobody can reach.
-#[pyclass(name = "Unlock", module = "ctxlock", frozen, freelist = 64, weakref)]
+#[pyclass(name = "Unlock", module = "ctxlock", frozen, weakref)]
 pub(crate) struct PyUnlock {
     /// `unlock()`'s entry point, read by CPython through the type's
     /// `tp_vectorcall_offset` (see `vectorcall.rs`); never read from Rust.
@@ -31,6 +31,15 @@ pub(crate) struct PyUnlock {
     unlock: Unlock<OwnedHold>,
     /// The `lost` token, once asked for (so every look gets the same object).
     lost: std::sync::OnceLock<Option<Py<PyCancelToken>>>,
+}
+
+/// One is made on every acquire: from a free list (`freelist.rs`).
+impl super::freelist::Pooled for PyUnlock {
+    fn free_list() -> &'static super::freelist::FreeList {
+        static LIST: super::freelist::FreeList =
+            super::freelist::FreeList::new(super::freelist::UNLOCK);
+        &LIST
+    }
 }
 
 impl PyUnlock {
