@@ -86,7 +86,12 @@ def across_table(keys: Sequence[str], interpreters: Sequence[Interpreter]) -> st
                     r.status,
                 ]
         body.append(line)
-    return "\n".join([*lines, "", *_columns(body)])
+    lines += ["", *_columns(body)]
+    for i in ran:
+        notes = [f"  {r.key}: {r.note}" for r in i.rows if r.note and not i.this]
+        if notes:
+            lines += ["", f"notes on {i.label} ({i.python}):", *notes]
+    return "\n".join(lines)
 
 
 def report_table(results: Sequence[RowResult], cfg: Config) -> str:
