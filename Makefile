@@ -17,8 +17,12 @@ $(PY):
 develop: $(PY)
 	$(PY) -m pip install --quiet -e '.[test,bench]'
 
+# The report on this venv's CPython, with the interpreter rows also on CPython 3.14 and
+# free-threaded 3.14t side by side (their venvs made by scripts/cpython-venv.sh).
 bench: develop postgres
-	$(PY) -m ctxlock bench
+	scripts/cpython-venv.sh 3.14 >/dev/null
+	scripts/cpython-venv.sh 3.14t >/dev/null
+	$(PY) -m ctxlock bench --pythons .venv-3.14/bin/python,.venv-3.14t/bin/python
 
 test: develop postgres lint test-rust test-loom test-python sanitize
 

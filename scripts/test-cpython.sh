@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The pytest suite on CPython 3.14 and free-threaded 3.14t (built by scripts/cpython.sh,
-# cached), each in its own virtualenv (.venv-3.14, .venv-3.14t) and cargo target dir.
+# cached), each in its own virtualenv (.venv-3.14, .venv-3.14t) and cargo target dir, made
+# by scripts/cpython-venv.sh.
 # On 3.14t it also checks that importing ctxlock leaves the GIL off and runs the stress
 # tests with 4 and 8 threads. Usage: scripts/test-cpython.sh [3.14|3.14t]...
 set -euo pipefail
@@ -9,17 +10,8 @@ STRESS_SECONDS=${STRESS_SECONDS:-5}
 
 [ $# -gt 0 ] || set -- 3.14 3.14t
 for flavour in "$@"; do
-    exe=$(scripts/cpython.sh "$flavour")
-    venv=.venv-$flavour
-    py=$venv/bin/python
-    echo "== CPython $flavour: $("$exe" -VV | tr '\n' ' ')"
-    if [ ! -x "$py" ]; then
-        "$exe" -m venv "$venv"
-        "$py" -m pip install --quiet --upgrade pip
-    fi
-    # Its own target dir: PyO3's build depends on the interpreter, so sharing one with
-    # the default build would rebuild everything at each switch.
-    CARGO_TARGET_DIR=target/cp$flavour "$py" -m pip install --quiet -e '.[test,bench]'
+    # The venv (.venv-$flavour) with ctxlock installed, made or brought up to date.
+    py=$(scripts/cpython-venv.sh "$flavour")
     if [ "$flavour" = 3.14t ]; then
         "$py" -c 'import sys, ctxlock
 assert not sys._is_gil_enabled(), "importing ctxlock turned the GIL on"

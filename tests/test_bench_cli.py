@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,8 @@ from pathlib import Path
 import ctxlock
 import pytest
 from ctxlock import _bench, _cli
+from ctxlock._bench.interpreters import interpreter_label
+from ctxlock._bench.threads import progress
 
 #: Every row of the report, in order; a row may be skipped but never left out.
 ROWS = (
@@ -20,7 +23,10 @@ ROWS = (
     "acquire_deadline",
     "shared_with",
     "shared_vs_rwlock",
+    "contended_2",
     "contended_4",
+    "contended_2_acquire",
+    "contended_4_acquire",
     "drain_100",
     "async_with",
     "tasks_100",
@@ -50,7 +56,13 @@ FILE_ROWS = tuple(key for key in ROWS if key.startswith("file_"))
 PG_ROWS = tuple(key for key in ROWS if key.startswith("pg_"))
 
 
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+#: The rows measuring threads contending for one lock.
+CONTENDED_ROWS = ("contended_2", "contended_4", "contended_2_acquire", "contended_4_acquire")
+
+
+def run_cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "ctxlock", *args],
         capture_output=True,
@@ -58,7 +70,13 @@ def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         timeout=50,
         cwd=cwd,
         check=False,
+        env=env,
     )
+
+
+def env_without_pythons(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "CTXLOCK_BENCH_PYTHONS"}
+    return {**env, **extra}
 
 
 def test_quick_bench_json(tmp_path: Path) -> None:
@@ -333,3 +351,99 @@ def test_demo_seconds_zero_as_a_user_runs_it(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "argument --seconds" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_quick_contended_and_drain_rows(tmp_path: Path) -> None:
+    keys = (*CONTENDED_ROWS, "drain_100")
+    proc = run_cli("bench", "--quick", "--json", "--rows", ",".join(keys), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    rows = {row["key"]: row for row in json.loads(proc.stdout)["rows"]}
+    assert list(rows) == list(keys)
+    for key in CONTENDED_ROWS:
+        row, extra = rows[key], rows[key]["extra"]
+        assert row["status"] in ("ok", "miss"), (key, row["note"])
+        assert row["ratio"] > 0 and row["ours_ns"] > 0 and row["anchor_ns"] > 0, row
+        assert extra["ours_longest_wait_ns"] > 0 and extra["anchor_longest_wait_ns"] > 0
+        for who in ("ours", "anchor", "no_lock"):
+            assert extra[f"{who}_starved_threads"] in range(4), row
+            share = extra.get(f"{who}_smallest_share")
+            assert share is None or 0 <= share <= 1, row
+        assert "threads starved" in row["note"] and "share of the ops" in row["note"]
+        if extra["ours_starved_threads"] > 0:
+            assert row["status"] == "miss", row
+    drain, extra = rows["drain_100"], rows["drain_100"]["extra"]
+    assert drain["status"] in ("ok", "miss"), drain["note"]
+    for who in ("ours", "anchor"):
+        assert 0 < extra[f"{who}_waiter_median_ns"] <= extra[f"{who}_waiter_p90_ns"], extra
+        assert extra[f"{who}_waiter_mean_ns"] > 0
+    assert "p90" in drain["note"] and "median" in drain["note"]
+    if extra["ours_waiter_p90_ns"] > extra["anchor_waiter_p90_ns"]:
+        assert drain["status"] == "miss"
+
+
+def test_progress_counts_a_thread_that_waited_and_never_got_the_lock() -> None:
+    # Thread 0 takes the lock at 10..50 and finishes at 60; thread 1 starts waiting at 15
+    # and gets it only at 70, once alone: starved. Their window (15..60) is all thread 0's.
+    starved = progress([[5, 20, 30, 40, 45], [15, 65]], [[10, 25, 35, 42, 50], [70, 75]], [60, 80])
+    assert starved.starved == 1
+    assert starved.shares == (1.0, 0.0)
+    # Turns taken alternately: nobody starved, even shares.
+    fair = progress([[0, 20], [5, 20]], [[10, 30], [15, 29]], [31, 36])
+    assert fair.starved == 0 and fair.shares == (0.5, 0.5)
+    # Under a GIL the second thread may first run once the first has finished: no window,
+    # and not starved (it never waited while the other one held the lock).
+    serial = progress([[0, 2], [10, 12]], [[1, 3], [11, 13]], [4, 14])
+    assert serial.starved == 0 and serial.shares == ()
+
+
+def test_pythons_runs_the_interpreter_rows_in_another_interpreter(tmp_path: Path) -> None:
+    """This interpreter given as "another": the rows run again in a child process."""
+    keys = ("with", "contended_2", "memory_100k")  # memory_100k is no interpreter row
+    args = ("bench", "--quick", "--rows", ",".join(keys), "--pythons", sys.executable)
+    label = interpreter_label()
+    proc = run_cli(*args, "--json", cwd=tmp_path, env=env_without_pythons())
+    assert proc.returncode == 0, proc.stderr
+    assert f"[{label}] [1/2] with ..." in proc.stderr
+    report = json.loads(proc.stdout)
+    assert [row["key"] for row in report["rows"]] == list(keys)
+    this, other = report["interpreters"]
+    assert this["this"] and not other["this"]
+    assert this["label"] == other["label"] == label == report["label"]
+    assert other["python"] == sys.executable and other["error"] is None
+    assert [row["key"] for row in this["rows"]] == ["with", "contended_2"]
+    assert [row["key"] for row in other["rows"]] == ["with", "contended_2"]
+    for row in other["rows"]:
+        assert row["status"] in ("ok", "miss"), row
+        assert row["ratio"] > 0 and row["ours_ns"] > 0 and row["anchor_ns"] > 0, row
+
+    proc = run_cli(*args, cwd=tmp_path, env=env_without_pythons())
+    assert proc.returncode == 0, proc.stderr
+    table = proc.stdout.split("Across interpreters", 1)[1].splitlines()
+    assert f"  {label}: {sys.executable}" in table
+    (header,) = [line for line in table if line.startswith("row ")]
+    assert header.split() == ["row", label, label]
+    for key in ("with", "contended_2"):
+        (line,) = [line for line in table if line.split()[:1] == [key]]
+        cells = line.split()
+        assert len(cells) == 1 + 2 * 6, line  # value and unit, twice; ratio; result
+        assert cells[6] in ("ok", "miss") and cells[12] in ("ok", "miss"), line
+    assert not any(line.startswith("memory_100k") for line in table)
+
+
+def test_a_python_that_cannot_run_the_rows_is_an_error_line(tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-python")
+    # Through the environment variable; this interpreter there too: it must not start
+    # children of its own.
+    env = env_without_pythons(CTXLOCK_BENCH_PYTHONS=f"{missing},{sys.executable}")
+    proc = run_cli("bench", "--quick", "--rows", "with", cwd=tmp_path, env=env)
+    assert proc.returncode == 1, proc.stderr  # an interpreter that failed is an error
+    assert "Traceback" not in proc.stderr
+    assert f"  {missing}: error: cannot run it: " in proc.stdout
+    assert proc.stderr.count(f"[{interpreter_label()}] [1/1] with ...") == 1
+    proc = run_cli(
+        "bench", "--quick", "--json", "--rows", "with", "--pythons", missing, cwd=tmp_path
+    )
+    assert proc.returncode == 1, proc.stderr
+    _, broken = json.loads(proc.stdout)["interpreters"]
+    assert broken["python"] == missing and broken["rows"] == []
+    assert broken["error"].startswith("cannot run it: ")

@@ -5,7 +5,11 @@ measures), shows progress on stderr and prints a table, or JSON with ``--json``,
 ``--plot`` also draws the ratios against their targets into a PNG (needs matplotlib). Missed
 targets are part of the report: the exit status is non-zero only for errors, that is rows
 whose workload raised; their tracebacks go to stderr (in the JSON: each row's
-``traceback``).
+``traceback``). ``--pythons P1,P2`` (default: the ``CTXLOCK_BENCH_PYTHONS`` environment
+variable, same format) also runs the interpreter rows in those interpreters and adds the
+table "Across interpreters" (``ctxlock._bench.interpreters``); their rows count for the exit
+status as this process's own do (misses do not, errors do), and so does an interpreter that
+could not run them at all.
 
 ``demo`` runs ``ctxlock._demo``.
 """
@@ -16,6 +20,7 @@ import argparse
 import importlib
 import importlib.util
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +33,7 @@ from ctxlock import _demo
 
 if TYPE_CHECKING:
     from ctxlock._bench import Config, RowResult
+    from ctxlock._bench.interpreters import Interpreter
 
 __all__ = ["main"]
 
@@ -99,6 +105,20 @@ def _add_bench_parser(
         "--plot", type=_png_path, metavar="FILE.png", help="also draw the ratios into a PNG"
     )
     parser.add_argument("--full-churn", action="store_true", help="churn_rss with 1,000,000 cycles")
+    interpreter_rows = (
+        "the interpreter rows" if bench is None else ", ".join(bench.INTERPRETER_ROWS)
+    )
+    parser.add_argument(
+        "--pythons",
+        metavar="P1,P2",
+        default=os.environ.get("CTXLOCK_BENCH_PYTHONS"),
+        help=(
+            "also run the interpreter rows selected (" + interpreter_rows + ") in these other "
+            "Python interpreters (paths, comma-separated; each needs ctxlock installed), "
+            "each in a child process, and add a table of all of them side by side; "
+            "default: $CTXLOCK_BENCH_PYTHONS"
+        ),
+    )
     parser.set_defaults(handler=_cmd_bench)
 
 
@@ -186,19 +206,54 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     make = _bench.Config.quick_mode if args.quick else _bench.Config.full
     cfg = make(args.repeat, full_churn=bool(args.full_churn))
     results = _run_rows(keys, cfg)
+    across_keys = [key for key in _bench.INTERPRETER_ROWS if key in keys]
+    interpreters = _run_elsewhere(results, across_keys, cfg, str(args.pythons or ""))
     if args.json:
-        print(json.dumps(report.report_json(results, cfg), indent=2))
+        print(json.dumps(report.report_json(results, cfg, interpreters), indent=2))
     else:
         print(report.report_table(results, cfg))
+        if interpreters:
+            print()
+            print(report.across_table(across_keys, interpreters))
         for result in results:
             if result.traceback is not None:
                 print(f"\nrow {result.key}:\n{result.traceback}", end="", file=sys.stderr)
+        for other in interpreters[1:]:
+            for result in other.rows:
+                if result.traceback is not None:
+                    print(
+                        f"\nrow {result.key} on {other.label}:\n{result.traceback}",
+                        end="",
+                        file=sys.stderr,
+                    )
     if args.plot:
         from ctxlock._bench.plot import plot
 
         plot(results, str(args.plot))
         print(f"wrote {args.plot}", file=sys.stderr)
-    return 1 if any(r.error for r in results) else 0
+    failed = any(r.error for r in results) or any(
+        other.error is not None or any(r.error for r in other.rows) for other in interpreters
+    )
+    return 1 if failed else 0
+
+
+def _run_elsewhere(
+    results: Sequence[RowResult], keys: Sequence[str], cfg: Config, pythons: str
+) -> list[Interpreter]:
+    """``--pythons``: this interpreter's entry (its own results) and each other one's;
+    empty without ``--pythons`` or when no interpreter row is selected."""
+    from ctxlock._bench import interpreters
+
+    paths = interpreters.parse_pythons(pythons)
+    if not paths:
+        return []
+    if not keys:
+        print("--pythons: none of the rows selected is an interpreter row", file=sys.stderr)
+        return []
+    found = [interpreters.this_interpreter(results, keys)]
+    for path in paths:
+        found.append(interpreters.run_elsewhere(path, keys, cfg))
+    return found
 
 
 def _run_rows(keys: Sequence[str], cfg: Config) -> list[RowResult]:

@@ -19,18 +19,20 @@ of ``threading.Lock``) and measures ``named_1m``. ``file.py`` has the rows of th
 starts and talks to. ``pg.py`` has the rows of the PostgreSQL scope
 (``LockManager("postgresql://...")``) against advisory locks taken with psycopg and asyncpg,
 on a throwaway server that ``pg_server.py`` starts. ``report.py`` prints the results as a
-table or JSON, ``plot.py`` draws them.
+table or JSON, ``plot.py`` draws them. ``interpreters.py`` runs the interpreter rows in other
+interpreters for ``--pythons`` (``rows.py`` says which).
 """
 
 from ctxlock._bench.config import Config
 from ctxlock._bench.peers import PEER_LABELS, PeerMissing
 from ctxlock._bench.result import RowResult, format_value
 from ctxlock._bench.row import Row
-from ctxlock._bench.rows import ROW_KEYS, ROWS, run_row
+from ctxlock._bench.rows import INTERPRETER_ROWS, ROW_KEYS, ROWS, run_row
 from ctxlock._bench.scenarios import SCENARIOS
 from ctxlock._bench.workload import Sample, Workload
 
 __all__ = [
+    "INTERPRETER_ROWS",
     "PEER_LABELS",
     "ROWS",
     "ROW_KEYS",

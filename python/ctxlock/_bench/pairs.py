@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+import statistics
+from collections.abc import Callable, Sequence
 
 from ctxlock._bench.config import Config
 from ctxlock._bench.peers import PEER_LABELS
@@ -10,8 +12,15 @@ from ctxlock._bench.result import RowResult, format_value
 from ctxlock._bench.row import Measure, Row
 from ctxlock._bench.sampling import calibrate, interleave, median, timed
 from ctxlock._bench.scenarios import SCENARIOS
+from ctxlock._bench.workload import Sample
 
-__all__ = ["pair"]
+__all__ = ["pair", "percentile"]
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The nearest-rank percentile: the smallest value with ``fraction`` of them at or below."""
+    ordered = sorted(values)
+    return float(ordered[max(0, math.ceil(fraction * len(ordered)) - 1)])
 
 
 def pair(
@@ -20,11 +29,15 @@ def pair(
     ops: Callable[[Config], int | None],
     *,
     compare_wait: bool = False,
+    compare_waiters: bool = False,
 ) -> Measure:
     """A row measuring ``scenario`` with ctxlock against ``anchor``, ``ops(cfg)`` ops a run.
 
-    ``ops`` returning None calibrates the count. With ``compare_wait`` the longest single
-    wait (the median over the repeats of each run's worst) must not exceed the anchor's.
+    ``ops`` returning None calibrates the count. With ``compare_wait`` (the contended rows)
+    the longest single wait (the median over the repeats of each run's worst) must not
+    exceed the anchor's, and no run of ctxlock may leave a thread starved (``Progress``).
+    With ``compare_waiters`` (``drain_100``) the p90 of the waiters' own waits (the median
+    over the repeats of each run's p90) must not exceed the anchor's.
     """
 
     def measure(row: Row, cfg: Config) -> RowResult:
@@ -36,8 +49,11 @@ def pair(
             ours_samples, their_samples = interleave(ours, theirs, n, cfg.repeat)
         ours_ns = median([s.per_op_ns for s in ours_samples])
         their_ns = median([s.per_op_ns for s in their_samples])
+        ratio = ours_ns / their_ns
+        if compare_waiters:
+            return _waiters_result(row, anchor, ours_samples, their_samples, ours_ns, their_ns)
         if not compare_wait:
-            return row.result(ours_ns, their_ns, ours_ns / their_ns)
+            return row.result(ours_ns, their_ns, ratio)
         our_wait = median([s.max_wait_ns for s in ours_samples])
         their_wait = median([s.max_wait_ns for s in their_samples])
         # Thread switches per 1,000 operations: what a convoy costs (see BENCHMARKS.md).
@@ -45,13 +61,28 @@ def pair(
         their_switches = median([1000 * s.switches / s.ops for s in their_samples])
         # The control: the same loop with no lock at all (the GIL's own longest waits).
         with peers["nolock"]() as control:
-            control_wait = median([timed(control, n).max_wait_ns for _ in range(cfg.repeat)])
+            control_samples = [timed(control, n) for _ in range(cfg.repeat)]
+        control_wait = median([s.max_wait_ns for s in control_samples])
+        our_share = _smallest_share(ours_samples)
+        their_share = _smallest_share(their_samples)
+        control_share = _smallest_share(control_samples)
+        our_starved = sum(s.starved for s in ours_samples)
+        their_starved = sum(s.starved for s in their_samples)
+        control_starved = sum(s.starved for s in control_samples)
+        threads = ours_samples[0].ops // n
+        label = PEER_LABELS[anchor]
         note = (
             f"longest single wait: ctxlock {format_value(our_wait, 'ns')}, "
-            f"{PEER_LABELS[anchor]} {format_value(their_wait, 'ns')} (must not be longer); "
+            f"{label} {format_value(their_wait, 'ns')} (must not be longer); "
             f"control with no lock at all {format_value(control_wait, 'ns')}; "
             f"thread switches per 1,000 ops: ctxlock {our_switches:.3g}, "
-            f"{PEER_LABELS[anchor]} {their_switches:.3g}"
+            f"{label} {their_switches:.3g}; "
+            f"smallest thread's share of the ops while all competed (fair "
+            f"{1 / threads:.0%}): ctxlock {_share_text(our_share)}, "
+            f"{label} {_share_text(their_share)}, no lock {_share_text(control_share)}; "
+            f"threads starved (waiting, no op before all others finished) over "
+            f"{cfg.repeat} runs: ctxlock {our_starved} (must be 0), {label} {their_starved}, "
+            f"no lock {control_starved}"
         )
         extra = {
             "ours_longest_wait_ns": our_wait,
@@ -59,10 +90,73 @@ def pair(
             "no_lock_longest_wait_ns": control_wait,
             "ours_switches_per_1000_ops": our_switches,
             "anchor_switches_per_1000_ops": their_switches,
+            **{
+                key: value
+                for key, value in (
+                    ("ours_smallest_share", our_share),
+                    ("anchor_smallest_share", their_share),
+                    ("no_lock_smallest_share", control_share),
+                )
+                if value is not None
+            },
+            "ours_starved_threads": float(our_starved),
+            "anchor_starved_threads": float(their_starved),
+            "no_lock_starved_threads": float(control_starved),
         }
-        ratio = ours_ns / their_ns
-        return row.result(
-            ours_ns, their_ns, ratio, note=note, extra=extra, also_ok=our_wait <= their_wait
-        )
+        also_ok = our_wait <= their_wait and our_starved == 0
+        return row.result(ours_ns, their_ns, ratio, note=note, extra=extra, also_ok=also_ok)
 
     return measure
+
+
+def _smallest_share(samples: Sequence[Sample]) -> float | None:
+    """The median over the runs of the smallest thread's share while all competed, over
+    the runs where they did compete at all (None if in none: the threads ran one after
+    another)."""
+    shares = [min(s.shares) for s in samples if s.shares]
+    return median(shares) if shares else None
+
+
+def _share_text(share: float | None) -> str:
+    return "- (the threads never ran at the same time)" if share is None else f"{share:.1%}"
+
+
+def _waiter_stats(samples: Sequence[Sample]) -> tuple[float, float, float]:
+    """Mean, median and p90 of the waiters' own waits: each the median over the runs."""
+    return (
+        median([statistics.fmean(s.waits) for s in samples]),
+        median([median(s.waits) for s in samples]),
+        median([percentile(s.waits, 0.9) for s in samples]),
+    )
+
+
+def _waiters_result(
+    row: Row,
+    anchor: str,
+    ours_samples: Sequence[Sample],
+    their_samples: Sequence[Sample],
+    ours_ns: float,
+    their_ns: float,
+) -> RowResult:
+    ours = _waiter_stats(ours_samples)
+    theirs = _waiter_stats(their_samples)
+
+    def text(stats: tuple[float, float, float]) -> str:
+        mean, mid, p90 = (format_value(v, "ns") for v in stats)
+        return f"mean {mean}, median {mid}, p90 {p90}"
+
+    note = (
+        f"each waiter's time from the release to its own acquire: ctxlock {text(ours)}; "
+        f"{PEER_LABELS[anchor]} {text(theirs)} (ctxlock's p90 must not be longer)"
+    )
+    extra = {
+        "ours_waiter_mean_ns": ours[0],
+        "ours_waiter_median_ns": ours[1],
+        "ours_waiter_p90_ns": ours[2],
+        "anchor_waiter_mean_ns": theirs[0],
+        "anchor_waiter_median_ns": theirs[1],
+        "anchor_waiter_p90_ns": theirs[2],
+    }
+    return row.result(
+        ours_ns, their_ns, ours_ns / their_ns, note=note, extra=extra, also_ok=ours[2] <= theirs[2]
+    )

@@ -21,16 +21,36 @@ over cost, so lower is better). The rows:
 ``shared_vs_rwlock``
     The same shared hold against a reader of ``readerwriterlock.rwlock.RWLockFair``
     (skipped if readerwriterlock is not installed). Target <= 0.15.
+``contended_2``
+    Two threads each increment a counter ``n`` times under ``with lock:``; ns per increment
+    overall, against the same with a ``threading.Lock``. Target <= 1.0, and two more
+    conditions, as for every ``contended_*`` row: ctxlock's longest single wait (each
+    acquire is timed; the median over the repeats of each run's worst) must not be longer
+    than ``threading.Lock``'s, and every thread must make progress. A thread is *starved*
+    in a run when it acquired the lock for none of its ``n`` increments before every other
+    thread had finished all of theirs (it only ran once it was alone); the row misses if
+    any run of ctxlock starved a thread. The note has, for ctxlock, the anchor and a
+    control run of the same loop with no lock at all (``NoLock``, whose longest "wait" and
+    starved threads are the GIL's): the longest wait, the thread switches per 1,000
+    increments, the threads starved over all the runs, and the smallest thread's share of
+    the increments acquired from the start until the first thread finished (the median
+    over the runs; fair is 50%).
 ``contended_4``
-    Four threads each increment a counter ``n`` times under ``with lock:``; ns per
-    increment overall. Each acquire is also timed: the row also fails if ctxlock's longest
-    single wait (median over the repeats of each run's worst) is longer than
-    ``threading.Lock``'s. Target <= 1.0. The note adds two things that explain the waits:
-    the process's thread switches per 1,000 increments for both locks, and a control run of
-    the same loop with no lock at all (``NoLock``), whose longest "wait" is the GIL's.
+    The same with four threads (fair share 25%). Target <= 1.0.
+``contended_2_acquire``
+    Two threads each do ``u = acq(); counter += 1; u()`` ``n`` times with
+    ``acq = lock.acquire`` pre-bound, against a ``threading.Lock``'s pre-bound
+    ``acquire(); counter += 1; release()``; ns per increment. Target <= 1.0, with the
+    longest-wait and progress conditions of ``contended_2``.
+``contended_4_acquire``
+    The same with four threads. Target <= 1.0.
 ``drain_100``
     100 threads block on a held lock; the time from the one release until every one of
-    them has acquired and released once, per thread. Target <= 1.0.
+    them has acquired and released once, per thread (the mean per thread). Each waiter
+    also notes when its own acquire returned; the row also misses if the p90 of those
+    times from the release (the median over the repeats of each run's p90) is longer for
+    ctxlock than for ``threading.Lock``. The note has the mean, median and p90 of the
+    waiters' times of both. Target <= 1.0.
 ``async_with``
     ``async with lock: pass`` in one task, uncontended, against ``asyncio.Lock``.
     Target <= 0.6.
@@ -119,6 +139,18 @@ over cost, so lower is better). The rows:
     waiting request; the control is psycopg's ``Connection.cancel()`` of a waiting
     ``pg_advisory_lock``.
 
+Across interpreters: with ``--pythons P1,P2`` (or ``CTXLOCK_BENCH_PYTHONS``, same format) the
+rows of ``INTERPRETER_ROWS`` (``acquire_unlock``, ``with``, the four ``contended_*`` rows,
+``drain_100`` and ``named_acquire_unlock``; those of them selected with ``--rows``) also run
+in each of those interpreters, which must have ctxlock installed, as a child process
+(``P -m ctxlock bench --rows ... --json`` with the same mode and repeats; ``interpreters.py``).
+The report adds a table "Across interpreters": one line per row with, for this interpreter
+(its figures are its own rows of the run) and each other one, ctxlock's figure, the
+anchor's, the ratio and the result. An interpreter is labelled with its version, plus "t"
+when it is a free-threaded build (``Py_GIL_DISABLED``): "3.11.7", "3.14.7", "3.14.7t". An
+interpreter that cannot run the rows (no such file, no ctxlock, a crash) is an error line
+with the reason; the run goes on.
+
 The ``pg_*`` rows start a throwaway PostgreSQL server (``pg_server.py``) and stop it when the
 run ends; they are skipped ("not available") where none can be started or where the build
 has no PostgreSQL scope (``LockManager("postgresql://...")`` raises ``BackendError``).
@@ -152,11 +184,15 @@ from ctxlock._bench.result import RowResult
 from ctxlock._bench.row import Row
 from ctxlock._bench.scaling import scaling_row
 
-__all__ = ["ROWS", "ROW_KEYS", "run_row"]
+__all__ = ["INTERPRETER_ROWS", "ROWS", "ROW_KEYS", "run_row"]
 
 
 def _micro(cfg: Config) -> int | None:
     return cfg.micro_ops
+
+
+def _contended(cfg: Config) -> int:
+    return cfg.contended_ops
 
 
 ROWS: Sequence[Row] = (
@@ -196,19 +232,39 @@ ROWS: Sequence[Row] = (
         pair("shared_with", "readerwriterlock", _micro),
     ),
     Row(
+        "contended_2",
+        "2 threads increment a counter under with lock:; ns per increment, longest wait",
+        "threading.Lock",
+        1.0,
+        pair("contended_2", "threading", _contended, compare_wait=True),
+    ),
+    Row(
         "contended_4",
         "4 threads increment a counter under with lock:; ns per increment, longest wait",
         "threading.Lock",
         1.0,
-        pair("contended_4", "threading", lambda c: c.contended_ops, compare_wait=True),
-        unit="ns/op",
+        pair("contended_4", "threading", _contended, compare_wait=True),
+    ),
+    Row(
+        "contended_2_acquire",
+        "2 threads: u = acq(); counter += 1; u() vs acquire()/release(); longest wait",
+        "threading.Lock",
+        1.0,
+        pair("contended_2_acquire", "threading", _contended, compare_wait=True),
+    ),
+    Row(
+        "contended_4_acquire",
+        "4 threads: u = acq(); counter += 1; u() vs acquire()/release(); longest wait",
+        "threading.Lock",
+        1.0,
+        pair("contended_4_acquire", "threading", _contended, compare_wait=True),
     ),
     Row(
         "drain_100",
-        "100 threads blocked on a held lock: release until all have passed once",
+        "100 threads blocked on a held lock: release until all have passed once; p90",
         "threading.Lock",
         1.0,
-        pair("drain_100", "threading", lambda c: c.drain_threads),
+        pair("drain_100", "threading", lambda c: c.drain_threads, compare_waiters=True),
         unit="ns/thread",
     ),
     Row(
@@ -363,6 +419,19 @@ ROWS: Sequence[Row] = (
 )
 
 ROW_KEYS: Sequence[str] = tuple(row.key for row in ROWS)
+
+#: The rows that ``--pythons`` also runs in each other interpreter (see the module's
+#: docstring): those that measure the interpreter's own threads and locks.
+INTERPRETER_ROWS: Sequence[str] = (
+    "acquire_unlock",
+    "with",
+    "contended_2",
+    "contended_4",
+    "contended_2_acquire",
+    "contended_4_acquire",
+    "drain_100",
+    "named_acquire_unlock",
+)
 _ROWS_BY_KEY: Mapping[str, Row] = {row.key: row for row in ROWS}
 
 

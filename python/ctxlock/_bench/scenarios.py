@@ -30,7 +30,13 @@ from ctxlock._bench.peers import (
     threading_lock,
 )
 from ctxlock._bench.tasks import Mixed, Tasks, TasksThrough
-from ctxlock._bench.threads import Contended, Drain
+from ctxlock._bench.threads import (
+    Contended,
+    CtxlockContendedAcquire,
+    Drain,
+    NoLockContendedAcquire,
+    ThreadingContendedAcquire,
+)
 from ctxlock._bench.workload import Workload
 
 __all__ = ["SCENARIOS", "WorkloadFactory"]
@@ -62,6 +68,22 @@ SCENARIOS: Mapping[str, Mapping[str, WorkloadFactory]] = {
         "threading": functools.partial(Contended, threading_lock),
         "aiologic": functools.partial(Contended, aiologic_lock),
         "nolock": functools.partial(Contended, no_lock, excludes=False),
+    },
+    "contended_2": {
+        "ctxlock": functools.partial(Contended, ctxlock_lock, 2),
+        "threading": functools.partial(Contended, threading_lock, 2),
+        "aiologic": functools.partial(Contended, aiologic_lock, 2),
+        "nolock": functools.partial(Contended, no_lock, 2, excludes=False),
+    },
+    "contended_2_acquire": {
+        "ctxlock": functools.partial(CtxlockContendedAcquire, 2),
+        "threading": functools.partial(ThreadingContendedAcquire, 2),
+        "nolock": functools.partial(NoLockContendedAcquire, 2),
+    },
+    "contended_4_acquire": {
+        "ctxlock": functools.partial(CtxlockContendedAcquire, 4),
+        "threading": functools.partial(ThreadingContendedAcquire, 4),
+        "nolock": functools.partial(NoLockContendedAcquire, 4),
     },
     "drain_100": {
         "ctxlock": functools.partial(Drain, ctxlock_lock),

@@ -24,6 +24,14 @@ class Sample:
     #: Thread switches (voluntary and forced) in the process during the run, for the
     #: workloads that count them (else 0; 0 also where ``resource`` is missing).
     switches: int = 0
+    #: Per-thread figures of the contended workloads (else empty): each thread's share of
+    #: the operations completed before the first thread finished (``Progress``).
+    shares: tuple[float, ...] = ()
+    #: Threads that completed no operation before every other thread had finished.
+    starved: int = 0
+    #: One figure per waiter, for the workloads that time each one (``drain_100``: the
+    #: time from the release to that waiter's own acquire), in ns.
+    waits: tuple[int, ...] = ()
 
     @property
     def per_op_ns(self) -> float:
