@@ -39,6 +39,7 @@ ROWS = (
     "named_1m",
     "file_acquire_unlock",
     "file_vs_flock",
+    "file_vs_ofd",
     "file_contended_4p",
     "file_contended_vs_fasteners",
     "file_handoff",

@@ -102,7 +102,7 @@ pub fn lock<L: RawLock + ?Sized, E>(lock: &L, wait: Wait<'_, E>) -> Result<(), A
 
 /// Rule 4 for a thread that ran rules 1 to 3: first spin up to `spins` times while the
 /// lock says it is worth it ([`RawLock::may_spin`]: held, nobody queued), yielding the
-/// CPU between tries; then step the wait until it holds the lock. `step` runs one step
+/// CPU between looks and trying once it looks free; then step the wait until it holds the lock. `step` runs one step
 /// (the binding releases the GIL around it); a thread woken to compete competes after
 /// it.
 ///
@@ -120,13 +120,20 @@ pub fn block<'a, L: RawLock + ?Sized, E>(
     spins: u32,
     mut step: impl FnMut(&mut ThreadWait<'a, L, E>) -> Result<Woken, AcquireError<E>>,
 ) -> Result<(), AcquireError<E>> {
-    for _ in 0..spins {
-        if !lock.may_spin() {
-            break;
-        }
-        std::thread::yield_now();
-        if lock.try_lock() {
-            return Ok(());
+    if lock.may_spin() {
+        for _ in 0..spins {
+            std::thread::yield_now();
+            // Only look while it is held: a failed try would take the lock's cache line
+            // from the holder, which must write it again to release.
+            if lock.may_spin() {
+                continue;
+            }
+            if lock.try_lock() {
+                return Ok(());
+            }
+            if !lock.may_spin() {
+                break; // free but with a queue, or taken with one: queue as well
+            }
         }
     }
     let mut waiting = ThreadWait::new(lock, wait, compete);

@@ -17,7 +17,7 @@ class Config:
     sample_ns: int = 25_000_000
     #: Fixed op count of the micro rows; None calibrates to ``sample_ns``.
     micro_ops: int | None = None
-    contended_ops: int = 20_000
+    contended_ops: int = 100_000
     drain_threads: int = 100
     tasks_rounds: int = 50
     mixed_ops: int = 5_000

@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import signal
+import struct
 import tempfile
 import threading
 import time
@@ -183,6 +185,39 @@ class FlockLockUnlock(_InTempDir):
         for _ in repeat(None, n):
             flock(fd, ex)
             flock(fd, un)
+        return Sample(n, perf_counter_ns() - start)
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
+class OfdLockUnlock(_InTempDir):
+    """A write lock on one byte with ``fcntl(fd, F_OFD_SETLK)``, then its unlock, on a file
+    opened once, from Python: the kernel primitive the file scope holds names with (an
+    open-file-description lock on the name's byte of ``ctxlock.table``), bare."""
+
+    def __init__(self) -> None:
+        fcntl = need_fcntl()
+        super().__init__()
+        setlk = getattr(fcntl, "F_OFD_SETLK", None)
+        if setlk is None:
+            raise Unavailable("skipped: needs fcntl.F_OFD_SETLK (Linux)")
+        # struct flock on 64-bit Linux: l_type, l_whence (short), l_start, l_len (off_t),
+        # l_pid (pid_t, 0 for OFD locks), padded to 32 bytes.
+        layout = "hh4xqqi4x"
+        self._fcntl, self._setlk = fcntl.fcntl, setlk
+        self._lock = struct.pack(layout, fcntl.F_WRLCK, os.SEEK_SET, 64, 1, 0)
+        self._unlock = struct.pack(layout, fcntl.F_UNLCK, os.SEEK_SET, 64, 1, 0)
+        self._file = open(self._dir / "ofd.lock", "wb")  # closed in close()
+
+    def run(self, n: int) -> Sample:
+        call, fd, setlk = self._fcntl, self._file.fileno(), self._setlk
+        lock, unlock = self._lock, self._unlock
+        start = perf_counter_ns()
+        for _ in repeat(None, n):
+            call(fd, setlk, lock)
+            call(fd, setlk, unlock)
         return Sample(n, perf_counter_ns() - start)
 
     def close(self) -> None:

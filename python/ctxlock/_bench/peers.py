@@ -89,6 +89,7 @@ PEER_LABELS: Mapping[str, str] = {
     "filelock": "filelock.FileLock",
     "fasteners": "fasteners InterProcessLock",
     "flock": "fcntl.flock",
+    "ofd": "fcntl F_OFD_SETLK",
 }
 
 

@@ -93,6 +93,12 @@ over cost, so lower is better). The rows:
 ``file_vs_flock``
     The same against a bare ``fcntl.flock(fd, LOCK_EX)`` / ``fcntl.flock(fd, LOCK_UN)`` on
     a file kept open, from Python. Target <= 1.0.
+``file_vs_ofd``
+    The same against the kernel primitive the scope holds a name with, bare: a write lock
+    on one byte with ``fcntl(fd, F_OFD_SETLK, ...)`` and its unlock, on a file kept open,
+    from Python. Target <= 1.0. Beside ``file_vs_flock`` in the same run, its anchor shows
+    what an open-file-description lock pair costs against a ``flock`` pair: the floor
+    under ``file_vs_flock`` for a scope that keeps every name in one file.
 ``file_contended_4p``
     4 processes (fresh interpreters) x 2 threads take one name for a fixed window (2 s,
     3 windows each, interleaved) with a tiny critical section; ns per hold overall,
@@ -349,6 +355,13 @@ ROWS: Sequence[Row] = (
         "fcntl.flock",
         1.0,
         pair("file_acquire_unlock", "flock", _micro),
+    ),
+    Row(
+        "file_vs_ofd",
+        "file:/// scope: u = acq(); u() on one name vs fcntl F_OFD_SETLK lock/unlock, fd open",
+        "fcntl F_OFD_SETLK",
+        1.0,
+        pair("file_acquire_unlock", "ofd", _micro),
     ),
     Row(
         "file_contended_4p",

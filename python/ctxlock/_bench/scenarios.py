@@ -6,7 +6,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 
-from ctxlock._bench.file import FileAcquireUnlock, FileLockAcquireRelease, FlockLockUnlock
+from ctxlock._bench.file import (
+    FileAcquireUnlock,
+    FileLockAcquireRelease,
+    FlockLockUnlock,
+    OfdLockUnlock,
+)
 from ctxlock._bench.loops import (
     AsyncWith,
     CtxlockAcquireDeadline,
@@ -118,5 +123,6 @@ SCENARIOS: Mapping[str, Mapping[str, WorkloadFactory]] = {
         "ctxlock": FileAcquireUnlock,
         "filelock": FileLockAcquireRelease,
         "flock": FlockLockUnlock,
+        "ofd": OfdLockUnlock,
     },
 }
