@@ -1,6 +1,8 @@
-"""The hand-written entry points of ``acquire`` and ``Unlock.__call__`` agree with the full ones.
+"""The hand-written entry points of ``acquire``, ``__enter__``, ``__exit__`` and
+``Unlock.__call__`` agree with the full ones.
 
-``acquire()`` and ``acquire(deadline=<number>)`` on a free lock, and every ``unlock()``, take a
+``acquire()`` and ``acquire(deadline=<number>)`` on a free lock, ``__enter__`` on a free lock,
+``__exit__`` with the three arguments a ``with`` statement passes, and every ``unlock()``, take a
 shorter path than PyO3's generated functions (see ``src/python/vectorcall.rs``); every other call
 is handed to the generated function. These tests pin the seam: each kind of call either side of
 it, on each class that has the shortcut.
@@ -34,8 +36,14 @@ def test_every_fast_entry_point_is_installed() -> None:
     # A PyO3 upgrade that changes how methods are defined makes the module fall back to
     # PyO3's entry points silently (still correct, slower): this notices.
     assert sorted(_ctxlock._fast_calls) == [
+        "Lock.__enter__",
+        "Lock.__exit__",
         "Lock.acquire",
+        "LockView.__enter__",
+        "LockView.__exit__",
         "LockView.acquire",
+        "NamedLock.__enter__",
+        "NamedLock.__exit__",
         "NamedLock.acquire",
         "Unlock.__call__",
     ]
@@ -108,6 +116,76 @@ def test_plain_acquire_on_a_held_lock_waits_for_the_release(spawn: Callable[...,
     assert isinstance(got, Unlock)
     assert lock.locked()
     got()
+    assert not lock.locked()
+
+
+@pytest.mark.parametrize("make", MAKERS, ids=IDS)
+def test_with_on_a_free_lock_holds_and_exit_releases(make: Callable[[], Lock]) -> None:
+    lock = make()
+    with lock:
+        assert lock.locked()
+        # Only a with's own exit releases a with's hold; an Unlock's is not touched.
+        assert lock.statistics().holders == 1
+    assert not lock.locked()
+    # The statement's exit, called again, finds no scoped hold: the generated error.
+    with pytest.raises(RuntimeError, match="not held by a with statement"):
+        lock.__exit__(None, None, None)
+
+
+@pytest.mark.parametrize("make", MAKERS, ids=IDS)
+def test_the_with_exception_comes_out_and_the_lock_is_free(make: Callable[[], Lock]) -> None:
+    lock = make()
+    with pytest.raises(KeyError, match="mine"), lock:
+        raise KeyError("mine")
+    assert not lock.locked()
+
+
+@pytest.mark.parametrize("make", MAKERS, ids=IDS)
+def test_exit_never_releases_an_unlocks_hold(make: Callable[[], Lock]) -> None:
+    lock = make()
+    u = lock.acquire()
+    with pytest.raises(RuntimeError, match="not held by a with statement"):
+        lock.__exit__(None, None, None)
+    assert lock.locked()
+    u()
+    assert not lock.locked()
+
+
+@pytest.mark.parametrize("make", MAKERS, ids=IDS)
+def test_enter_and_exit_with_other_arguments_raise_the_generated_errors(
+    make: Callable[[], Lock],
+) -> None:
+    lock = make()
+    name = type(lock).__name__
+    with pytest.raises(TypeError, match=rf"{name}.__enter__\(\) takes no arguments"):
+        lock.__enter__(1)  # type: ignore[call-arg]
+    assert not lock.locked()
+    lock.__enter__()
+    with pytest.raises(TypeError, match="missing 2 required positional arguments"):
+        lock.__exit__(None)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="unexpected keyword argument"):
+        lock.__exit__(None, None, None, extra=1)  # type: ignore[call-arg]
+    assert lock.locked()
+    # Keywords for the three go to the generated function, which releases too.
+    lock.__exit__(_exc_type=None, _exc=None, _tb=None)  # type: ignore[call-arg]
+    assert not lock.locked()
+
+
+def test_enter_on_a_held_lock_waits_for_the_release(spawn: Callable[..., Any]) -> None:
+    # The shortcut only takes a free lock; on a taken one the call goes to the generated
+    # __enter__, which waits.
+    lock = Lock()
+    u = lock.acquire()
+
+    def enter_and_leave() -> bool:
+        with lock:
+            return lock.locked()
+
+    worker = spawn(enter_and_leave)
+    time.sleep(0.05)
+    assert not worker.done
+    u()
+    assert worker.result() is True
     assert not lock.locked()
 
 

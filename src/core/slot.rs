@@ -257,9 +257,19 @@ impl Slot {
     /// Count a hold of `mode` the caller has just taken as scoped (see `scoped`).
     #[inline]
     pub(crate) fn scope_hold(&self, mode: Mode) {
-        // ORDERING: Release: a `release_scoped` that sees this count sees (Acquire) the
-        // state word's change that took the hold, so its release finds the hold.
-        self.scoped(mode).fetch_add(1, Ordering::Release);
+        match mode {
+            // The caller holds the one exclusive hold, not counted yet, so by the invariant
+            // of `scoped` the count is 0, and only the holder may raise it (a release of a
+            // scoped hold finds 0 and changes nothing): a plain store does what an add
+            // would, without a read-modify-write on the lock's cache line.
+            // ORDERING: Release, as below.
+            Mode::Exclusive => self.scoped[0].store(1, Ordering::Release),
+            // ORDERING: Release: a `release_scoped` that sees this count sees (Acquire) the
+            // state word's change that took the hold, so its release finds the hold.
+            Mode::Shared => {
+                self.scoped[1].fetch_add(1, Ordering::Release);
+            }
+        }
     }
 
     /// Release one scoped hold of `mode`; false (nothing changed) if there is none.

@@ -8,7 +8,8 @@ use super::unlock::PyUnlock;
 
 /// The members `Lock`, `LockView` and `NamedLock` share, generated for each class (a
 /// `#[pymethods]` block cannot be inherited, and a Python base class would make the views
-/// subclassable), and their hand-written `acquire` entry point (`vectorcall.rs`). Each class
+/// subclassable), and their hand-written `acquire`, `__enter__` and `__exit__` entry points
+/// (`vectorcall.rs`). Each class
 /// has its own `__reduce__`: a named lock of a shared scope pickles, the others do not.
 macro_rules! lock_methods {
     ($class:ident($kind:ty) { $($extra:tt)* }) => {
@@ -27,6 +28,18 @@ macro_rules! lock_methods {
             }
 
             fn generated() -> &'static std::sync::OnceLock<pyo3::ffi::PyCFunctionFastWithKeywords> {
+                static GENERATED: std::sync::OnceLock<pyo3::ffi::PyCFunctionFastWithKeywords> =
+                    std::sync::OnceLock::new();
+                &GENERATED
+            }
+
+            fn generated_enter() -> &'static std::sync::OnceLock<pyo3::ffi::PyCFunction> {
+                static GENERATED: std::sync::OnceLock<pyo3::ffi::PyCFunction> =
+                    std::sync::OnceLock::new();
+                &GENERATED
+            }
+
+            fn generated_exit() -> &'static std::sync::OnceLock<pyo3::ffi::PyCFunctionFastWithKeywords> {
                 static GENERATED: std::sync::OnceLock<pyo3::ffi::PyCFunctionFastWithKeywords> =
                     std::sync::OnceLock::new();
                 &GENERATED

@@ -76,6 +76,32 @@ fn install_fast_calls(py: Python<'_>) -> PyResult<Vec<&'static str>> {
     if vectorcall::install_acquire::<named::PyNamedLock>(py)? {
         installed.push("NamedLock.acquire");
     }
+    for (class, (entered, exited)) in [
+        ("Lock", vectorcall::install_with::<lock::PyLock>(py)?),
+        (
+            "LockView",
+            vectorcall::install_with::<sharable::PyLockView>(py)?,
+        ),
+        (
+            "NamedLock",
+            vectorcall::install_with::<named::PyNamedLock>(py)?,
+        ),
+    ] {
+        if entered {
+            installed.push(match class {
+                "Lock" => "Lock.__enter__",
+                "LockView" => "LockView.__enter__",
+                _ => "NamedLock.__enter__",
+            });
+        }
+        if exited {
+            installed.push(match class {
+                "Lock" => "Lock.__exit__",
+                "LockView" => "LockView.__exit__",
+                _ => "NamedLock.__exit__",
+            });
+        }
+    }
     let sample = || {
         let lock = py.get_type::<lock::PyLock>().call0()?;
         let unlock = lock.call_method0("acquire")?;

@@ -35,6 +35,7 @@ use pyo3::PyClass;
 
 use super::args;
 use super::kind::{Held, Kind, Owner};
+use crate::core::raw::RawLock;
 
 /// The lock classes, whose `acquire` gets the hand-written entry point: every class
 /// `lock_methods!` generates the members for, whatever its kind of lock.
@@ -55,6 +56,13 @@ pub(crate) trait FastAcquire: PyClass<Frozen = True> + Sync {
 
     /// The `acquire` PyO3 generated, which takes every call the fast path does not.
     fn generated() -> &'static OnceLock<ffi::PyCFunctionFastWithKeywords>;
+
+    /// The `__enter__` PyO3 generated (`METH_NOARGS`), which waits when the lock is taken.
+    fn generated_enter() -> &'static OnceLock<ffi::PyCFunction>;
+
+    /// The `__exit__` PyO3 generated, which takes calls with other arguments than three
+    /// positional ones (and says what is wrong with them).
+    fn generated_exit() -> &'static OnceLock<ffi::PyCFunctionFastWithKeywords>;
 }
 
 /// The class whose objects get a vectorcall slot: `Unlock`, called as `unlock()`.
@@ -127,6 +135,79 @@ unsafe extern "C" fn acquire<T: FastAcquire>(
     })
 }
 
+/// `with lock:`'s `__enter__`: a free lock is taken and taken up as a scoped hold here;
+/// a taken one goes to the generated function, which waits.
+///
+/// # Safety
+/// Called by CPython through a `METH_NOARGS` method descriptor of `T`'s type, with the
+/// thread attached.
+unsafe extern "C" fn enter<T: FastAcquire>(
+    slf: *mut ffi::PyObject,
+    unused: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls methods with the thread attached.
+    let py = unsafe { Python::assume_attached() };
+    // SAFETY: as in `acquire`.
+    let lock = unsafe { Bound::ref_from_ptr(py, &slf).cast_unchecked::<T>() };
+    guarded(py, || {
+        let kind = lock.get().kind();
+        if RawLock::try_lock(kind) {
+            // As `acquire::enter` after its try: a kind whose backend failed meanwhile
+            // holds nothing and raises.
+            return match super::acquire::taken_up(py, Kind::take_up(kind, true)) {
+                Ok(_) => py.None().into_ptr(),
+                Err(e) => {
+                    e.restore(py);
+                    std::ptr::null_mut()
+                }
+            };
+        }
+        let generated = T::generated_enter()
+            .get()
+            .copied()
+            // `install_with` sets this before it installs the function that reads it.
+            .unwrap_or_else(|| std::process::abort());
+        // SAFETY: the generated function has this very signature and contract.
+        unsafe { generated(slf, unused) }
+    })
+}
+
+/// `__exit__(exc_type, exc, tb)` as a `with` statement calls it: the scoped release here;
+/// any other arguments go to the generated function.
+///
+/// # Safety
+/// Called by CPython through a `METH_FASTCALL | METH_KEYWORDS` method descriptor of `T`'s
+/// type, with the thread attached.
+unsafe extern "C" fn exit<T: FastAcquire>(
+    slf: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: CPython calls methods with the thread attached.
+    let py = unsafe { Python::assume_attached() };
+    // SAFETY: as in `acquire`.
+    let lock = unsafe { Bound::ref_from_ptr(py, &slf).cast_unchecked::<T>() };
+    // SAFETY: a non-NULL `kwnames` is a tuple (the fastcall protocol).
+    let no_keywords = kwnames.is_null() || unsafe { ffi::PyTuple_GET_SIZE(kwnames) } == 0;
+    if nargs == 3 && no_keywords {
+        return guarded(py, || match super::acquire::exit(lock.get().kind()) {
+            Ok(()) => py.None().into_ptr(),
+            Err(e) => {
+                e.restore(py);
+                std::ptr::null_mut()
+            }
+        });
+    }
+    let generated = T::generated_exit()
+        .get()
+        .copied()
+        // `install_with` sets this before it installs the function that reads it.
+        .unwrap_or_else(|| std::process::abort());
+    // SAFETY: the generated function has this very signature and contract.
+    unsafe { generated(slf, args, nargs, kwnames) }
+}
+
 /// Whether the keyword arguments are none, or only `deadline=` with an `int` or
 /// `float` that is a valid deadline (`args::timeout` decides, as for every acquire).
 /// Anything else (tokens, `blocking=`, bad values and their errors) goes to the
@@ -192,8 +273,31 @@ pub(crate) fn install_acquire<T: FastAcquire>(py: Python<'_>) -> PyResult<bool> 
 #[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
 fn install_acquire_descriptor<T: FastAcquire>(py: Python<'_>) -> PyResult<bool> {
     const FLAGS: std::ffi::c_int = ffi::METH_FASTCALL | ffi::METH_KEYWORDS;
+    let keep = |m: ffi::PyMethodDefPointer| {
+        // SAFETY: the flags checked by `replace_method` say this is the member in use.
+        let generated = unsafe { m.PyCFunctionFastWithKeywords };
+        T::generated().set(generated).is_ok()
+    };
+    let fast = ffi::PyMethodDefPointer {
+        PyCFunctionFastWithKeywords: acquire::<T>,
+    };
+    replace_method::<T>(py, "acquire", FLAGS, fast, keep)
+}
+
+/// Replace `T`'s method `name`, a method descriptor with `flags`, with one of the same
+/// name, docs and flags whose function is `fast`; `keep` stores the generated function
+/// (false if it was stored before: installed already). False (the class left alone) if
+/// the method is not such a descriptor.
+#[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
+fn replace_method<T: PyClass>(
+    py: Python<'_>,
+    name: &str,
+    flags: std::ffi::c_int,
+    fast: ffi::PyMethodDefPointer,
+    keep: impl FnOnce(ffi::PyMethodDefPointer) -> bool,
+) -> PyResult<bool> {
     let ty = py.get_type::<T>();
-    let descr = ty.getattr("acquire")?;
+    let descr = ty.getattr(name)?;
     let method_descr_type = std::ptr::addr_of_mut!(ffi::PyMethodDescr_Type);
     // SAFETY: `descr` is a live object; reading its type pointer.
     if unsafe { ffi::Py_TYPE(descr.as_ptr()) } != method_descr_type {
@@ -202,24 +306,20 @@ fn install_acquire_descriptor<T: FastAcquire>(py: Python<'_>) -> PyResult<bool> 
     // SAFETY: a `method_descriptor` has this layout; its `d_method` points at the
     // generated method's static `PyMethodDef`.
     let generated_def = unsafe { &*(*descr.as_ptr().cast::<ffi::PyMethodDescrObject>()).d_method };
-    if generated_def.ml_flags != FLAGS {
+    if generated_def.ml_flags != flags {
         return Ok(false);
     }
-    // SAFETY: the flags say this union member is the one in use.
-    let generated = unsafe { generated_def.ml_meth.PyCFunctionFastWithKeywords };
-    if T::generated().set(generated).is_err() {
+    if !keep(generated_def.ml_meth) {
         // Installed already (the module was initialised twice): nothing to do.
         return Ok(true);
     }
     // The descriptor keeps a pointer to its `PyMethodDef` for the life of the class, so
-    // the definition is leaked, once per class. Name and docs (with the text signature)
-    // are the generated ones, which are static.
+    // the definition is leaked, once per class and method. Name and docs (with the text
+    // signature) are the generated ones, which are static.
     let def = Box::leak(Box::new(ffi::PyMethodDef {
         ml_name: generated_def.ml_name,
-        ml_meth: ffi::PyMethodDefPointer {
-            PyCFunctionFastWithKeywords: acquire::<T>,
-        },
-        ml_flags: FLAGS,
+        ml_meth: fast,
+        ml_flags: flags,
         ml_doc: generated_def.ml_doc,
     }));
     // SAFETY: a live type object and a `PyMethodDef` that outlives it; the result is a
@@ -228,8 +328,56 @@ fn install_acquire_descriptor<T: FastAcquire>(py: Python<'_>) -> PyResult<bool> 
         unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyDescr_NewMethod(ty.as_type_ptr(), def))? };
     // PyO3 classes are mutable types: `type.__setattr__` stores it and invalidates
     // CPython's method caches.
-    ty.setattr("acquire", fast)?;
+    ty.setattr(name, fast)?;
     Ok(true)
+}
+
+/// Replace `T.__enter__` and `T.__exit__` with descriptors of `enter::<T>` and
+/// `exit::<T>`, keeping the generated functions for the calls they pass on. False for a
+/// method left alone (not the expected method descriptor).
+pub(crate) fn install_with<T: FastAcquire>(py: Python<'_>) -> PyResult<(bool, bool)> {
+    if !SUPPORTED {
+        return Ok((false, false));
+    }
+    install_with_descriptors::<T>(py)
+}
+
+#[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
+fn install_with_descriptors<T: FastAcquire>(py: Python<'_>) -> PyResult<(bool, bool)> {
+    let keep_enter = |m: ffi::PyMethodDefPointer| {
+        // SAFETY: the flags checked by `replace_method` say this is the member in use.
+        let generated = unsafe { m.PyCFunction };
+        T::generated_enter().set(generated).is_ok()
+    };
+    let entered = replace_method::<T>(
+        py,
+        "__enter__",
+        ffi::METH_NOARGS,
+        ffi::PyMethodDefPointer {
+            PyCFunction: enter::<T>,
+        },
+        keep_enter,
+    )?;
+    let keep_exit = |m: ffi::PyMethodDefPointer| {
+        // SAFETY: the flags checked by `replace_method` say this is the member in use.
+        let generated = unsafe { m.PyCFunctionFastWithKeywords };
+        T::generated_exit().set(generated).is_ok()
+    };
+    let exited = replace_method::<T>(
+        py,
+        "__exit__",
+        ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+        ffi::PyMethodDefPointer {
+            PyCFunctionFastWithKeywords: exit::<T>,
+        },
+        keep_exit,
+    )?;
+    Ok((entered, exited))
+}
+
+#[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
+fn install_with_descriptors<T: FastAcquire>(_py: Python<'_>) -> PyResult<(bool, bool)> {
+    Ok((false, false))
 }
 
 #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
