@@ -248,7 +248,7 @@ def test_an_error_row_prints_its_traceback_to_stderr_in_table_mode(
     assert code == 1
     out, err = capsys.readouterr()
     (line,) = [line for line in out.splitlines() if line.startswith("with ")]
-    assert line.split()[:7] == ["with", "-", "-", "-", "<=", "0.8", "error"]
+    assert line.split()[:7] == ["with", "-", "-", "-", "<=", "0.7", "error"]
     assert "Traceback (most recent call last):" in err
     assert "ctxlock.Lock().aquire()" in err
     assert "AttributeError" in err
