@@ -92,11 +92,8 @@ unsafe extern "C" fn acquire<T: FastAcquire>(
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: CPython calls methods with the thread attached.
-    let py = unsafe { Python::assume_attached() };
-    // SAFETY: `slf` is a valid borrowed reference for the call, and the method descriptor
-    // checked that it is an instance of `T`'s type (which cannot be subclassed).
-    let lock = unsafe { Bound::ref_from_ptr(py, &slf).cast_unchecked::<T>() };
+    // SAFETY: this function's contract.
+    let (py, lock) = unsafe { receiver::<T>(&slf) };
     guarded(py, || {
         // SAFETY: `args` holds `nargs` positional arguments and then one value per keyword
         // name, all borrowed for the call; `kwnames` is NULL or a tuple of str.
@@ -125,13 +122,8 @@ unsafe extern "C" fn acquire<T: FastAcquire>(
             args::timeout_keyword::<T>().restore(py);
             return std::ptr::null_mut();
         }
-        let generated = T::generated()
-            .get()
-            .copied()
-            // `install_acquire` sets this before it installs the function that reads it.
-            .unwrap_or_else(|| std::process::abort());
         // SAFETY: the generated function has this very signature and contract.
-        unsafe { generated(slf, args, nargs, kwnames) }
+        unsafe { installed(T::generated())(slf, args, nargs, kwnames) }
     })
 }
 
@@ -145,30 +137,17 @@ unsafe extern "C" fn enter<T: FastAcquire>(
     slf: *mut ffi::PyObject,
     unused: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: CPython calls methods with the thread attached.
-    let py = unsafe { Python::assume_attached() };
-    // SAFETY: as in `acquire`.
-    let lock = unsafe { Bound::ref_from_ptr(py, &slf).cast_unchecked::<T>() };
+    // SAFETY: this function's contract.
+    let (py, lock) = unsafe { receiver::<T>(&slf) };
     guarded(py, || {
         let kind = lock.get().kind();
         if RawLock::try_lock(kind) {
             // As `acquire::enter` after its try: a kind whose backend failed meanwhile
             // holds nothing and raises.
-            return match super::acquire::taken_up(py, Kind::take_up(kind, true)) {
-                Ok(_) => py.None().into_ptr(),
-                Err(e) => {
-                    e.restore(py);
-                    std::ptr::null_mut()
-                }
-            };
+            return none_or_raise(py, super::acquire::taken_up(py, Kind::take_up(kind, true)));
         }
-        let generated = T::generated_enter()
-            .get()
-            .copied()
-            // `install_with` sets this before it installs the function that reads it.
-            .unwrap_or_else(|| std::process::abort());
         // SAFETY: the generated function has this very signature and contract.
-        unsafe { generated(slf, unused) }
+        unsafe { installed(T::generated_enter())(slf, unused) }
     })
 }
 
@@ -184,28 +163,54 @@ unsafe extern "C" fn exit<T: FastAcquire>(
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    // SAFETY: CPython calls methods with the thread attached.
-    let py = unsafe { Python::assume_attached() };
-    // SAFETY: as in `acquire`.
-    let lock = unsafe { Bound::ref_from_ptr(py, &slf).cast_unchecked::<T>() };
+    // SAFETY: this function's contract.
+    let (py, lock) = unsafe { receiver::<T>(&slf) };
     // SAFETY: a non-NULL `kwnames` is a tuple (the fastcall protocol).
     let no_keywords = kwnames.is_null() || unsafe { ffi::PyTuple_GET_SIZE(kwnames) } == 0;
     if nargs == 3 && no_keywords {
-        return guarded(py, || match super::acquire::exit(lock.get().kind()) {
-            Ok(()) => py.None().into_ptr(),
-            Err(e) => {
-                e.restore(py);
-                std::ptr::null_mut()
-            }
+        return guarded(py, || {
+            none_or_raise(py, super::acquire::exit(lock.get().kind()))
         });
     }
-    let generated = T::generated_exit()
+    // SAFETY: the generated function has this very signature and contract.
+    unsafe { installed(T::generated_exit())(slf, args, nargs, kwnames) }
+}
+
+/// The attached thread's token and the receiver of a method call on `T`.
+///
+/// # Safety
+/// Called from an entry point that CPython calls through a method descriptor of `T`'s
+/// type: the thread is attached, and `slf` is borrowed for the call and an instance of
+/// `T`'s type (which the descriptor checked; the classes cannot be subclassed).
+#[inline]
+unsafe fn receiver<T: PyClass>(slf: &*mut ffi::PyObject) -> (Python<'_>, &Bound<'_, T>) {
+    // SAFETY: attached (the contract).
+    let py = unsafe { Python::assume_attached() };
+    // SAFETY: a live instance of `T` borrowed for the call (the contract).
+    let lock = unsafe { Bound::ref_from_ptr(py, slf).cast_unchecked::<T>() };
+    (py, lock)
+}
+
+/// `None` for a success, else the error raised (NULL).
+#[inline]
+fn none_or_raise<T>(py: Python<'_>, result: PyResult<T>) -> *mut ffi::PyObject {
+    match result {
+        Ok(_) => py.None().into_ptr(),
+        Err(e) => {
+            e.restore(py);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// A generated function kept by `replace_method`, which stores it before it installs the
+/// entry point that reads it (so it is never missing; if it were, nothing could go on).
+#[inline]
+fn installed<F: Copy>(generated: &OnceLock<F>) -> F {
+    generated
         .get()
         .copied()
-        // `install_with` sets this before it installs the function that reads it.
-        .unwrap_or_else(|| std::process::abort());
-    // SAFETY: the generated function has this very signature and contract.
-    unsafe { generated(slf, args, nargs, kwnames) }
+        .unwrap_or_else(|| std::process::abort())
 }
 
 /// Whether the keyword arguments are none, or only `deadline=` with an `int` or
