@@ -100,18 +100,9 @@ pub fn lock<L: RawLock + ?Sized, E>(lock: &L, wait: Wait<'_, E>) -> Result<(), A
     block(lock, wait, Compete::AtOnce, 0, |w| w.step())
 }
 
-/// Rule 4 for a thread that ran rules 1 to 3: first spin up to `spins` times while the
-/// lock says it is worth it ([`RawLock::may_spin`]: held, nobody queued), yielding the
-/// CPU between looks and trying once it looks free; then step the wait until it holds the lock. `step` runs one step
-/// (the binding releases the GIL around it); a thread woken to compete competes after
-/// it.
-///
-/// Spinning pays where the holder runs in parallel and holds briefly: a park and its
-/// wake-up cost two thread switches, far more than a short critical section (CPython's
-/// `PyMutex` and parking_lot spin the same way, and only then). With a GIL the holder
-/// cannot run while the spinner holds it, so the binding passes 0 there. A spin lasts
-/// a few microseconds at most, so it ignores the deadline and the token: an acquire that
-/// wins the lock meanwhile succeeds, as one that wins a race against a cancel may.
+/// Rule 4 for a thread that ran rules 1 to 3: first [`spin`] up to `spins` times, then
+/// step the wait until it holds the lock. `step` runs one step (the binding releases the
+/// GIL around it); a thread woken to compete competes after it.
 #[cold]
 pub fn block<'a, L: RawLock + ?Sized, E>(
     lock: &'a L,
@@ -120,21 +111,8 @@ pub fn block<'a, L: RawLock + ?Sized, E>(
     spins: u32,
     mut step: impl FnMut(&mut ThreadWait<'a, L, E>) -> Result<Woken, AcquireError<E>>,
 ) -> Result<(), AcquireError<E>> {
-    if lock.may_spin() {
-        for _ in 0..spins {
-            std::thread::yield_now();
-            // Only look while it is held: a failed try would take the lock's cache line
-            // from the holder, which must write it again to release.
-            if lock.may_spin() {
-                continue;
-            }
-            if lock.try_lock() {
-                return Ok(());
-            }
-            if !lock.may_spin() {
-                break; // free but with a queue, or taken with one: queue as well
-            }
-        }
+    if spin(lock, spins) {
+        return Ok(());
     }
     let mut waiting = ThreadWait::new(lock, wait, compete);
     loop {
@@ -144,6 +122,37 @@ pub fn block<'a, L: RawLock + ?Sized, E>(
             Woken::Retry => {}
         }
     }
+}
+
+/// Before queueing: while the lock says it is worth it ([`RawLock::may_spin`]: held,
+/// nobody queued), yield the CPU and look again, up to `spins` times, and try once it
+/// looks free. True if that took the lock.
+///
+/// Spinning pays where the holder runs in parallel and holds briefly: a park and its
+/// wake-up cost two thread switches, far more than a short critical section (CPython's
+/// `PyMutex` and parking_lot spin the same way, and only then). With a GIL the holder
+/// cannot run while the spinner holds it, so the binding passes 0 there. A spin lasts
+/// a few microseconds at most, so it ignores the deadline and the token: an acquire that
+/// wins the lock meanwhile succeeds, as one that wins a race against a cancel may.
+fn spin<L: RawLock + ?Sized>(lock: &L, spins: u32) -> bool {
+    if spins == 0 || !lock.may_spin() {
+        return false;
+    }
+    for _ in 0..spins {
+        std::thread::yield_now();
+        // Only look while it is held: a failed try would take the lock's cache line from
+        // the holder, which must write it again to release.
+        if lock.may_spin() {
+            continue;
+        }
+        if lock.try_lock() {
+            return true;
+        }
+        if !lock.may_spin() {
+            return false; // free but with a queue, or taken with one: queue as well
+        }
+    }
+    false
 }
 
 /// The steps of rule 4, for a caller that must do something between being woken to

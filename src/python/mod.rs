@@ -76,31 +76,22 @@ fn install_fast_calls(py: Python<'_>) -> PyResult<Vec<&'static str>> {
     if vectorcall::install_acquire::<named::PyNamedLock>(py)? {
         installed.push("NamedLock.acquire");
     }
-    for (class, (entered, exited)) in [
-        ("Lock", vectorcall::install_with::<lock::PyLock>(py)?),
+    for (names, (entered, exited)) in [
         (
-            "LockView",
+            ["Lock.__enter__", "Lock.__exit__"],
+            vectorcall::install_with::<lock::PyLock>(py)?,
+        ),
+        (
+            ["LockView.__enter__", "LockView.__exit__"],
             vectorcall::install_with::<sharable::PyLockView>(py)?,
         ),
         (
-            "NamedLock",
+            ["NamedLock.__enter__", "NamedLock.__exit__"],
             vectorcall::install_with::<named::PyNamedLock>(py)?,
         ),
     ] {
-        if entered {
-            installed.push(match class {
-                "Lock" => "Lock.__enter__",
-                "LockView" => "LockView.__enter__",
-                _ => "NamedLock.__enter__",
-            });
-        }
-        if exited {
-            installed.push(match class {
-                "Lock" => "Lock.__exit__",
-                "LockView" => "LockView.__exit__",
-                _ => "NamedLock.__exit__",
-            });
-        }
+        let done = names.into_iter().zip([entered, exited]);
+        installed.extend(done.filter(|&(_, ok)| ok).map(|(name, _)| name));
     }
     let sample = || {
         let lock = py.get_type::<lock::PyLock>().call0()?;
