@@ -70,7 +70,7 @@ from ctxlock._bench.procs import (
 )
 from ctxlock._bench.result import RowResult, format_value
 from ctxlock._bench.row import Measure, Row
-from ctxlock._bench.sampling import median
+from ctxlock._bench.sampling import median, percentile
 from ctxlock._bench.workload import BenchError, Sample, Workload, expect
 
 __all__ = [
@@ -505,11 +505,6 @@ def contended_row(anchor: str) -> Measure:
     return measure
 
 
-def _percentile(values: Sequence[int], q: float) -> float:
-    ordered = sorted(values)
-    return float(ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))])
-
-
 def _handoff_run(kind: str, directory: Path, rounds: int) -> list[int]:
     """Latencies of ``rounds`` hand-offs between two processes, the first few left out."""
     _write_ints(directory / "slots", [-1, -1])
@@ -544,7 +539,7 @@ def handoff_row(row: Row, cfg: Config) -> RowResult:
             control = None
         else:
             control = _handoff_run("flock", directory, rounds)
-    p50, p99 = _percentile(ours, 0.5), _percentile(ours, 0.99)
+    p50, p99 = percentile(ours, 0.5), percentile(ours, 0.99)
     note = (
         f"{len(ours):,} hand-offs between 2 processes (the waiter waiting "
         f"{HANDOFF_PAUSE_S * 1e6:g} us before each release): p50 {format_value(p50, 'ns')}, "
@@ -552,7 +547,7 @@ def handoff_row(row: Row, cfg: Config) -> RowResult:
     )
     extra = {"p50_ns": p50, "p99_ns": p99, "max_ns": float(max(ours))}
     if control is not None:
-        c50, c99 = _percentile(control, 0.5), _percentile(control, 0.99)
+        c50, c99 = percentile(control, 0.5), percentile(control, 0.99)
         note += (
             f"; control, a blocking fcntl.flock: p50 {format_value(c50, 'ns')}, "
             f"p99 {format_value(c99, 'ns')}"

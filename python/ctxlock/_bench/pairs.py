@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable, Sequence
 
@@ -10,17 +9,11 @@ from ctxlock._bench.config import Config
 from ctxlock._bench.peers import PEER_LABELS
 from ctxlock._bench.result import RowResult, format_value
 from ctxlock._bench.row import Measure, Row
-from ctxlock._bench.sampling import calibrate, interleave, median, timed
+from ctxlock._bench.sampling import calibrate, interleave, median, percentile, timed
 from ctxlock._bench.scenarios import SCENARIOS
 from ctxlock._bench.workload import Sample
 
-__all__ = ["pair", "percentile"]
-
-
-def percentile(values: Sequence[float], fraction: float) -> float:
-    """The nearest-rank percentile: the smallest value with ``fraction`` of them at or below."""
-    ordered = sorted(values)
-    return float(ordered[max(0, math.ceil(fraction * len(ordered)) - 1)])
+__all__ = ["pair"]
 
 
 def pair(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import math
 import statistics
 from collections.abc import Sequence
 
@@ -54,3 +55,9 @@ def interleave(
 
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The nearest-rank percentile: the smallest value with ``fraction`` of them at or below."""
+    ordered = sorted(values)
+    return float(ordered[max(0, math.ceil(fraction * len(ordered)) - 1)])
