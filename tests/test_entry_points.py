@@ -1,5 +1,7 @@
-"""The hand-written entry points of ``acquire``, ``__enter__``, ``__exit__`` and
-``Unlock.__call__`` agree with the full ones.
+"""The hand-written entry points of ``acquire``, ``__enter__``, ``__exit__``,
+``LockManager.lock`` and ``Unlock.__call__`` agree with the full ones, and the objects made
+on every acquire (``Unlock``, ``NamedLock``), made and freed without PyO3's constructor and
+deallocator, behave as any Python object.
 
 ``acquire()`` and ``acquire(deadline=<number>)`` on a free lock, ``__enter__`` on a free lock,
 ``__exit__`` with the three arguments a ``with`` statement passes, and every ``unlock()``, take a
@@ -10,15 +12,26 @@ it, on each class that has the shortcut.
 
 from __future__ import annotations
 
+import gc
 import inspect
 import math
 import sys
 import time
+import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from ctxlock import CancelToken, Lock, LockTimeout, SharableLock, Unlock, _ctxlock
+from ctxlock import (
+    CancelToken,
+    Lock,
+    LockManager,
+    LockTimeout,
+    SharableLock,
+    Unlock,
+    _ctxlock,
+)
 from kinds import EXCLUSIVE_KINDS, KINDS
 
 SIGNATURE = "(cancel=None, *, deadline=None, blocking=True)"
@@ -39,12 +52,15 @@ def test_every_fast_entry_point_is_installed() -> None:
         "Lock.__enter__",
         "Lock.__exit__",
         "Lock.acquire",
+        "LockManager.lock",
         "LockView.__enter__",
         "LockView.__exit__",
         "LockView.acquire",
+        "NamedLock (made and freed here)",
         "NamedLock.__enter__",
         "NamedLock.__exit__",
         "NamedLock.acquire",
+        "Unlock (made and freed here)",
         "Unlock.__call__",
     ]
     have_vectorcall = 1 << 11  # Py_TPFLAGS_HAVE_VECTORCALL
@@ -303,3 +319,123 @@ def test_unlock_drops_its_cancel_registrations_at_once() -> None:
     token.cancel()
     assert lock.locked()
     u2()
+
+
+# --- LockManager.lock(name) -------------------------------------------------------------
+
+
+class NameWithItsOwnHash(str):
+    def __hash__(self) -> int:
+        return 7
+
+
+def test_lock_by_name_keeps_the_generated_signature() -> None:
+    mgr = LockManager()
+    assert str(inspect.signature(mgr.lock)) == "(name)"
+    assert LockManager.lock.__qualname__ == "LockManager.lock"
+    assert mgr.lock.__name__ == "lock"
+
+
+@pytest.mark.parametrize(
+    "lookup",
+    [
+        lambda mgr, name: mgr.lock(name),
+        lambda mgr, name: mgr.lock(name=name),
+        lambda mgr, name: mgr.lock(NameWithItsOwnHash(name)),
+        lambda mgr, name: mgr.sharable_lock(NameWithItsOwnHash(name)).exclusive,
+    ],
+    ids=["positional", "keyword", "str-subclass", "sharable-str-subclass"],
+)
+def test_every_way_to_name_a_lock_gives_the_same_lock(lookup: Callable[..., Any]) -> None:
+    mgr = LockManager()
+    name = f"entry-points:{time.monotonic_ns()}"
+    unlock = mgr.lock(name).acquire()
+    try:
+        other = lookup(mgr, name)
+        assert other.name == name
+        assert other.locked()
+        with pytest.raises(LockTimeout):
+            other.acquire(deadline=0)
+    finally:
+        unlock()
+    held = lookup(mgr, name).acquire()
+    assert mgr.lock(name).locked()
+    held()
+    assert not mgr.lock(name).locked()
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "match"),
+    [
+        ((1,), {}, TypeError, "must be a str"),
+        ((b"x",), {}, TypeError, "must be a str"),
+        (("",), {}, ValueError, "empty"),
+        (("x" * 1025,), {}, ValueError, "1024"),
+        ((), {}, TypeError, "missing 1 required"),
+        (("a", "b"), {}, TypeError, "positional"),
+        ((), {"nme": "x"}, TypeError, "unexpected keyword"),
+        (("a",), {"name": "b"}, TypeError, "multiple values"),
+    ],
+)
+def test_bad_calls_of_lock_raise_the_generated_errors(
+    args: tuple[Any, ...], kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        LockManager().lock(*args, **kwargs)
+
+
+# --- the objects made on every acquire --------------------------------------------------
+
+
+def test_freed_objects_clear_their_weak_references_and_call_back() -> None:
+    mgr = LockManager()
+    fired: list[str] = []
+    named = mgr.lock("entry-points:weak")
+    unlock = named.acquire()
+    refs = [
+        weakref.ref(unlock, lambda _: fired.append("unlock")),
+        weakref.ref(named, lambda _: fired.append("named")),
+    ]
+    unlock()
+    del unlock
+    assert fired == ["unlock"] and refs[0]() is None
+    del named
+    assert fired == ["unlock", "named"] and refs[1]() is None
+
+
+def test_freed_objects_give_back_every_reference_they_held() -> None:
+    mgr = LockManager()
+    name = "entry-points:references"
+    plain = Lock()
+    before = sys.getrefcount(mgr), sys.getrefcount(name), sys.getrefcount(plain)
+    for _ in range(1_000):
+        mgr.lock(name).acquire()()
+        plain.acquire()()
+        with mgr.lock(name):
+            pass
+    assert (sys.getrefcount(mgr), sys.getrefcount(name), sys.getrefcount(plain)) == before
+
+
+def test_an_unlock_freed_while_holding_still_releases_and_warns() -> None:
+    mgr = LockManager()
+    named = mgr.lock("entry-points:forgotten")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        named.acquire()
+        gc.collect()
+    assert not named.locked()
+    assert any(issubclass(w.category, ResourceWarning) for w in caught)
+
+
+def test_an_unlock_whose_lost_token_was_asked_for_is_freed_whole() -> None:
+    mgr = LockManager()
+    named = mgr.lock("entry-points:lost")
+    unlock = named.acquire()
+    lost = unlock.lost
+    ref = weakref.ref(unlock)
+    unlock()
+    del unlock
+    assert ref() is None
+    assert not lost.cancelled
+    mgr.close()
+    assert not lost.cancelled

@@ -115,9 +115,11 @@ fn locked(shard: &Mutex<Table>) -> MutexGuard<'_, Table> {
     table
 }
 
+/// The entry of `key`'s name. The whole hash first: the table's probe matches 7 bits of
+/// it, and a false match would otherwise cost a comparison of the names.
 fn same(key: &Key) -> impl Fn(&Entry) -> bool + '_ {
-    let name = key.name();
-    move |e| *e.name == *name
+    let (name, hash) = (key.name(), key.hash());
+    move |e| e.hash == hash && *e.name == *name
 }
 
 impl Table {
@@ -158,15 +160,17 @@ impl Table {
         key: &Key,
         policy: Policy,
     ) -> &'t mut Entry {
-        let entry = match entries.entry(key.hash(), same(key), |e| e.hash) {
-            hash_table::Entry::Occupied(found) => {
+        // `find_entry` rather than `entry`: a name in use is found without also looking
+        // for the slot an insertion would take.
+        let entry = match entries.find_entry(key.hash(), same(key)) {
+            Ok(found) => {
                 let entry = found.into_mut();
                 if entry.pins == 0 {
                     *idle -= 1;
                 }
                 entry
             }
-            hash_table::Entry::Vacant(vacant) => {
+            Err(absent) => {
                 let entry = match spare.pop() {
                     Some(mut e) => {
                         e.name = key.to_arc();
@@ -187,7 +191,10 @@ impl Table {
                         waits: Vec::new(),
                     },
                 };
-                vacant.insert(entry).into_mut()
+                absent
+                    .into_table()
+                    .insert_unique(key.hash(), entry, |e| e.hash)
+                    .into_mut()
             }
         };
         entry.pins += 1;
@@ -282,8 +289,12 @@ impl MemoryScope {
     }
 
     fn shard(&self, hash: u64) -> &Mutex<Table> {
-        // The low bits pick the bucket inside a table; the high ones pick the shard.
-        &self.shards[(hash >> 58) as usize % SHARDS]
+        // A table takes the bucket from the low bits of the hash and its 7-bit tag from
+        // the top ones: the shard comes from bits in between, so that inside a shard
+        // neither is left with fewer bits that differ (with the top bits picking the
+        // shard, the tags of one shard differed in one bit, and half the probes compared
+        // a name that was not the one looked for).
+        &self.shards[(hash >> 40) as usize % SHARDS]
     }
 
     /// Every hold and waiter of every client whose name starts with `prefix`.
@@ -914,7 +925,7 @@ mod tests {
         NamedView::new(client.clone(), Key::new(Arc::from(name)), mode)
     }
 
-    /// A key of the first shard (the hash's high bits pick it).
+    /// A key of the first shard (bits 40 and up of the hash pick it: `low` is below them).
     fn key_in_shard_0(name: &str, low: u64) -> Key {
         Key::with_hash(Arc::from(name), low)
     }
@@ -942,6 +953,36 @@ mod tests {
             assert!(!v.release(fence), "released twice");
             assert!(scope.entries() <= MemoryScope::IDLE);
         }
+        assert!(scope.query("").is_empty());
+    }
+
+    #[test]
+    fn a_borrowed_view_waits_and_gives_its_session_back() {
+        let scope = scope();
+        let session: Arc<dyn Session> = MemoryClient::new(scope.clone());
+        let name = String::from("borrowed");
+        // SAFETY: `name` and `session` outlive every view made of them here (the threads
+        // are joined inside the scope).
+        let borrowed =
+            || unsafe { NamedView::borrowed(&session, Key::borrowed(&name), Mode::Exclusive) };
+        let holder = borrowed();
+        assert!(holder.try_lock());
+        let fence = holder.record(false, Who::thread()).unwrap();
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let v = borrowed();
+                crate::core::acquire::lock(&v, forever()).unwrap();
+                let fence = v.record(false, Who::thread()).unwrap();
+                assert!(v.release(fence));
+            });
+            while holder.statistics().waiting == 0 {
+                std::thread::yield_now();
+            }
+            assert!(holder.release(fence));
+            waiter.join().unwrap();
+        });
+        assert!(!holder.is_locked());
+        assert_eq!(Arc::strong_count(&session), 1, "a wait kept the session");
         assert!(scope.query("").is_empty());
     }
 

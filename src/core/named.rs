@@ -255,17 +255,81 @@ impl Key {
     }
 }
 
+/// A view's session: shared, or borrowed from an `Arc` its embedding keeps alive, so
+/// that a handle made per call costs no two atomic reference-count updates.
+#[derive(Clone)]
+enum SessionRef {
+    Owned(Arc<dyn Session>),
+    /// See [`NamedView::borrowed`] for why it stays valid.
+    Borrowed(NonNull<dyn Session>),
+}
+
+// SAFETY: a borrowed session is an `Arc<dyn Session>`'s value (Send + Sync) that its owner
+// keeps alive for as long as any view refers to it (`NamedView::borrowed`'s contract).
+unsafe impl Send for SessionRef {}
+// SAFETY: as for Send.
+unsafe impl Sync for SessionRef {}
+
+impl std::ops::Deref for SessionRef {
+    type Target = dyn Session;
+
+    #[inline]
+    fn deref(&self) -> &(dyn Session + 'static) {
+        match self {
+            SessionRef::Owned(s) => &**s,
+            // SAFETY: the `Arc`'s value, alive while any view holds it (see the type).
+            SessionRef::Borrowed(p) => unsafe { p.as_ref() },
+        }
+    }
+}
+
+impl SessionRef {
+    /// A shared reference to the session (for a wait, which may outlive the view).
+    fn to_arc(&self) -> Arc<dyn Session> {
+        match self {
+            SessionRef::Owned(s) => s.clone(),
+            // SAFETY: `p` is `Arc::as_ptr` of an `Arc` that is still alive (see the type),
+            // so its strong count may be raised and one more `Arc` made of it.
+            SessionRef::Borrowed(p) => unsafe {
+                Arc::increment_strong_count(p.as_ptr());
+                Arc::from_raw(p.as_ptr())
+            },
+        }
+    }
+}
+
 /// A named lock in one mode, as one session acquires it.
 #[derive(Clone)]
 pub struct NamedView {
-    session: Arc<dyn Session>,
+    session: SessionRef,
     key: Key,
     mode: Mode,
 }
 
 impl NamedView {
     pub fn new(session: Arc<dyn Session>, key: Key, mode: Mode) -> NamedView {
-        NamedView { session, key, mode }
+        NamedView {
+            session: SessionRef::Owned(session),
+            key,
+            mode,
+        }
+    }
+
+    /// [`NamedView::new`] over a session it does not share.
+    ///
+    /// # Safety
+    /// `session` must stay alive (not be dropped nor replaced) for as long as the view or
+    /// any clone of it lives, as for [`Key::borrowed`]'s name: the binding's handle keeps
+    /// the manager that owns it.
+    pub unsafe fn borrowed(session: &Arc<dyn Session>, key: Key, mode: Mode) -> NamedView {
+        // From `Arc::as_ptr`, not from a reference to the value: the pointer may then
+        // reach the reference counts beside the value (`SessionRef::to_arc`).
+        let session = NonNull::new(Arc::as_ptr(session).cast_mut()).expect("an Arc is never null");
+        NamedView {
+            session: SessionRef::Borrowed(session),
+            key,
+            mode,
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -274,10 +338,6 @@ impl NamedView {
 
     pub fn mode(&self) -> Mode {
         self.mode
-    }
-
-    pub fn session(&self) -> &Arc<dyn Session> {
-        &self.session
     }
 
     /// See [`Session::record`].
@@ -344,7 +404,7 @@ impl RawLock for NamedView {
 
     fn enqueue(&self, notify: Notify, compete: Compete) -> Enqueued<Box<dyn RawWaiter>> {
         self.session
-            .clone()
+            .to_arc()
             .enqueue(&self.key, self.mode, notify, compete)
     }
 

@@ -109,6 +109,21 @@ impl<H: Hold> Unlock<H> {
         }
     }
 
+    /// Whether the hold was released and no registration was ever added: nothing is
+    /// left to do but to drop the hold (see `into_hold`).
+    #[inline]
+    pub fn is_finished(&self) -> bool {
+        // ORDERING: a snapshot, as `released`; the caller owns the `Unlock` when it matters.
+        self.released.load(Ordering::Relaxed) && !self.has_registration.load(Ordering::Relaxed)
+    }
+
+    /// The hold, for an embedding that drops a finished `Unlock` (`is_finished`) its
+    /// own way.
+    #[inline]
+    pub fn into_hold(self) -> H {
+        self.hold
+    }
+
     /// Whether this hold has been released.
     #[inline]
     pub fn released(&self) -> bool {

@@ -21,6 +21,23 @@
 //! `PyObject_Init`, tracked by the cyclic GC); what it cannot serve goes to the type's
 //! own `tp_alloc`/`tp_free`, saved at installation. A PyO3 module lives in one
 //! interpreter only (PyO3 refuses subinterpreters), so one GIL guards every list.
+//!
+//! These objects are not tracked by the cyclic GC: PyO3's `tp_traverse` for a class
+//! without `__traverse__` visits only the type, so the collector could learn nothing from
+//! them, and tracking is a list insertion and removal per object.
+//!
+//! [`dealloc_object`] frees them without PyO3's deallocator (an attach count kept in a
+//! thread-local, a panic guard, and the generic drop) when the class can take its value
+//! apart itself (`Pooled::take_apart`); otherwise, and for an `Unlock` that still holds,
+//! PyO3's deallocator runs.
+//!
+//! [`new_object`] makes these objects without PyO3's constructor, which calls
+//! `object.__new__` with an empty argument tuple before it reaches `tp_alloc`, and checks
+//! for an instance dict these classes do not have: about a tenth of a named lock's
+//! `lock(name).acquire(); unlock()`. It writes the value where PyO3 keeps it, an offset
+//! measured on an object PyO3 made ([`learn_layout`]), and only once the type's slots
+//! show that the rest of the object is the weak reference list, which a zeroed body
+//! leaves empty as PyO3 would. Otherwise it goes through PyO3.
 
 use std::os::raw::c_void;
 use std::ptr;
@@ -28,12 +45,22 @@ use std::sync::OnceLock;
 
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::PyTypeInfo;
+use pyo3::pyclass::boolean_struct::True;
+use pyo3::PyClass;
 
 /// A class whose objects come from a [`FreeList`].
-pub(crate) trait Pooled: PyTypeInfo {
+pub(crate) trait Pooled: PyClass {
     /// The class's own list.
     fn free_list() -> &'static FreeList;
+
+    /// Whether the value of a dead object can be dropped by `take_apart`; if not, the
+    /// object goes to PyO3's deallocator.
+    fn parts_alone(&self) -> bool;
+
+    /// Drop the value of a dead object (the thread attached, outside PyO3's attach
+    /// count), releasing each Python reference it holds by a direct decref: a `Py`
+    /// dropped outside that count would have its decref deferred to PyO3's pool.
+    fn take_apart(self);
 }
 
 /// Which list is whose: the index of a class's list in each thread's lists.
@@ -50,6 +77,7 @@ struct Saved {
     ty: *mut ffi::PyTypeObject,
     alloc: ffi::allocfunc,
     free: ffi::freefunc,
+    dealloc: ffi::destructor,
 }
 
 // SAFETY: a type object is never freed and its slots are plain function pointers; the
@@ -65,6 +93,9 @@ pub(crate) struct FreeList {
     #[cfg_attr(not(Py_GIL_DISABLED), allow(dead_code))]
     class: usize,
     saved: OnceLock<Saved>,
+    /// Where the class's value and its weak reference list sit in its objects, once
+    /// `learn_layout` checked them.
+    layout: OnceLock<Layout>,
     #[cfg(not(Py_GIL_DISABLED))]
     objects: gil::Objects,
 }
@@ -76,10 +107,19 @@ impl FreeList {
         FreeList {
             class,
             saved: OnceLock::new(),
+            layout: OnceLock::new(),
             #[cfg(not(Py_GIL_DISABLED))]
             objects: gil::Objects::new(),
         }
     }
+}
+
+/// Offsets in an object of a class: of its value, and of its weak reference list, the
+/// only other field of its body.
+#[derive(Clone, Copy)]
+struct Layout {
+    value: usize,
+    weaklist: usize,
 }
 
 /// A list of freed objects of one class.
@@ -125,13 +165,140 @@ pub(crate) fn install<T: Pooled>(py: Python<'_>) {
     // PyO3 and never freed, and no object of it exists yet, so no allocation or free is
     // running through the slots being replaced.
     unsafe {
-        let (Some(alloc), Some(free)) = ((*ty).tp_alloc, (*ty).tp_free) else {
-            return; // never: a ready type has both (inherited)
+        let (Some(alloc), Some(free), Some(dealloc)) =
+            ((*ty).tp_alloc, (*ty).tp_free, (*ty).tp_dealloc)
+        else {
+            return; // never: a ready type has all three (PyO3's or inherited)
         };
-        if list.saved.set(Saved { ty, alloc, free }).is_ok() {
+        let saved = Saved {
+            ty,
+            alloc,
+            free,
+            dealloc,
+        };
+        if list.saved.set(saved).is_ok() {
             (*ty).tp_alloc = Some(alloc_object::<T>);
             (*ty).tp_free = Some(free_object::<T>);
+            (*ty).tp_dealloc = Some(dealloc_object::<T>);
         }
+    }
+}
+
+/// Learn where `T`'s value sits in its objects from `sample`, an object PyO3 made, so
+/// that [`new_object`] and [`dealloc_object`] can make and free them; false if it learned
+/// nothing (then both leave it to PyO3): unless the type's slots show that what follows
+/// the value is only the weak reference list (no instance dict, nothing PyO3 would
+/// initialise to other than zero).
+pub(crate) fn learn_layout<T: Pooled + PyClass<Frozen = True> + Sync>(
+    sample: &Bound<'_, T>,
+) -> bool {
+    let list = T::free_list();
+    let Some(saved) = list.saved.get() else {
+        return false;
+    };
+    let word = std::mem::size_of::<*mut ffi::PyObject>();
+    let offset = (sample.get() as *const T as usize).wrapping_sub(sample.as_ptr() as usize);
+    let value_end = (offset + std::mem::size_of::<T>()).next_multiple_of(word);
+    let header = std::mem::size_of::<ffi::PyObject>();
+    // SAFETY: reading plain fields of a live type object (the class's, made by PyO3).
+    let fits = unsafe {
+        let ty = &*saved.ty;
+        ffi::Py_TYPE(sample.as_ptr()) == saved.ty
+            && offset >= header
+            && ty.tp_itemsize == 0
+            && ty.tp_dictoffset == 0
+            && ty.tp_weaklistoffset as usize == value_end
+            && ty.tp_basicsize as usize == value_end + word
+    };
+    if fits {
+        let _ = list.layout.set(Layout {
+            value: offset,
+            weaklist: value_end,
+        });
+    }
+    fits
+}
+
+/// A new object of `T` holding `value`: from the class's list (or its `tp_alloc`), with
+/// the value written where PyO3 keeps it; through PyO3's constructor until
+/// `learn_layout` has checked the layout. On failure `value` is dropped.
+#[inline]
+pub(crate) fn new_object<T>(py: Python<'_>, value: T) -> PyResult<Bound<'_, T>>
+where
+    T: Pooled + Into<pyo3::PyClassInitializer<T>>,
+{
+    let list = T::free_list();
+    let (Some(saved), Some(&layout)) = (list.saved.get(), list.layout.get()) else {
+        return Bound::new(py, value);
+    };
+    // SAFETY: attached (`py`), so the list may be used.
+    let obj = match unsafe { list.pop() } {
+        // SAFETY: a dead object of the class, ours (the list's invariant). Made new as
+        // `alloc_object` does, but for the body: the value is written below, and the weak
+        // reference list, the rest of it (`learn_layout`), is emptied here.
+        Some(obj) => unsafe {
+            ptr::write_bytes(obj.cast::<u8>(), 0, std::mem::size_of::<ffi::PyObject>());
+            ffi::PyObject_Init(obj, saved.ty);
+            ptr::write(
+                obj.cast::<u8>()
+                    .add(layout.weaklist)
+                    .cast::<*mut ffi::PyObject>(),
+                ptr::null_mut(),
+            );
+            obj
+        },
+        // SAFETY: attached, for the class's own type: the contract of `tp_alloc`, whose
+        // objects have a zeroed body.
+        None => unsafe { (saved.alloc)(saved.ty, 0) },
+    };
+    if obj.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: `obj` is a new object of `T`'s type whose weak reference list is empty;
+    // `layout.value` is where its value goes, inside the object and aligned for `T`
+    // (measured on an object of the same type by `learn_layout`, which also checked
+    // that the rest of the body is the weak reference list). Writing the value completes
+    // it as PyO3's constructor does; the object is then owned by the returned `Bound`.
+    unsafe {
+        ptr::write(obj.cast::<u8>().add(layout.value).cast::<T>(), value);
+        Ok(Bound::from_owned_ptr(py, obj).cast_into_unchecked())
+    }
+}
+
+/// `tp_dealloc`: the object's value taken apart by its class (`Pooled::take_apart`),
+/// its weak references cleared and its memory kept or freed (`tp_free`), as PyO3's
+/// deallocator does; PyO3's own when the class cannot take the value apart or the layout
+/// was not learned.
+///
+/// # Safety
+/// Called by CPython, attached, for a dead object of `T`'s type (its reference count 0).
+unsafe extern "C" fn dealloc_object<T: Pooled>(obj: *mut ffi::PyObject) {
+    let list = T::free_list();
+    let Some(saved) = list.saved.get() else {
+        return; // never: the slot is set after `saved`
+    };
+    // SAFETY: as this function's; the type's own slots and layout.
+    unsafe {
+        let ty = ffi::Py_TYPE(obj);
+        let Some(&layout) = list.layout.get().filter(|_| ty == saved.ty) else {
+            return (saved.dealloc)(obj);
+        };
+        let value = obj.cast::<u8>().add(layout.value).cast::<T>();
+        if !(*value).parts_alone() {
+            return (saved.dealloc)(obj);
+        }
+        // As PyO3's: untracked (a no-op, see the module's docs) before any field goes,
+        // the value dropped, then the weak references cleared (their callbacks see a
+        // dead object, as with PyO3's), the memory given back, and the reference to the
+        // (heap) type the object held dropped.
+        ffi::PyObject_GC_UnTrack(obj.cast());
+        ptr::read(value).take_apart();
+        let weaklist = obj.cast::<u8>().add(layout.weaklist);
+        if !(*weaklist.cast::<*mut ffi::PyObject>()).is_null() {
+            ffi::PyObject_ClearWeakRefs(obj);
+        }
+        free_object::<T>(obj.cast());
+        ffi::Py_DECREF(ty.cast());
     }
 }
 
@@ -154,13 +321,10 @@ unsafe extern "C" fn alloc_object<T: Pooled>(
             // SAFETY: `obj` is a deallocated object of `ty` whose memory is ours (the
             // list's invariant). As `PyType_GenericAlloc`: a zeroed body (the GC's
             // header before it was left clean by the untrack), the type and one
-            // reference, and tracked.
+            // reference; not tracked (see the module's docs).
             unsafe {
                 ptr::write_bytes(obj.cast::<u8>(), 0, (*ty).tp_basicsize as usize);
                 ffi::PyObject_Init(obj, ty);
-                if ffi::PyType_IS_GC(ty) != 0 {
-                    ffi::PyObject_GC_Track(obj.cast());
-                }
             }
             return obj;
         }
@@ -185,10 +349,9 @@ unsafe extern "C" fn free_object<T: Pooled>(obj: *mut c_void) {
     // SAFETY: attached, and `o` is a dead object of the class (this function's contract).
     unsafe {
         if ffi::Py_TYPE(o) == saved.ty {
-            if ffi::PyType_IS_GC(saved.ty) != 0 {
-                // A no-op when the dealloc untracked it already (PyO3's does).
-                ffi::PyObject_GC_UnTrack(obj);
-            }
+            // Both deallocators that call this (PyO3's and `dealloc_object`) untrack the
+            // object first, as the list's invariant needs.
+            debug_assert_eq!(ffi::PyObject_GC_IsTracked(o), 0);
             if list.push(o) {
                 return;
             }

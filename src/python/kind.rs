@@ -242,6 +242,11 @@ impl Owner {
         &self.obj
     }
 
+    /// The lock object, for a caller that drops the reference its own way.
+    pub(crate) fn into_object(self) -> Py<PyAny> {
+        self.obj
+    }
+
     pub(crate) fn clone_ref(&self, py: Python<'_>) -> Owner {
         Owner {
             obj: self.obj.clone_ref(py),

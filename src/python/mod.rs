@@ -62,9 +62,10 @@ fn before_exit(py: Python<'_>) {
     py.detach(crate::core::scopes::before_exit);
 }
 
-/// Install the hand-written entry points (`vectorcall.rs`); returns the names of those
-/// installed (the module shows them as `_fast_calls`, so a test notices when a PyO3
-/// upgrade makes them fall back to PyO3's own).
+/// Install the hand-written entry points (`vectorcall.rs`) and the own construction of
+/// the objects made per acquire (`freelist.rs`); returns the names of those installed
+/// (the module shows them as `_fast_calls`, so a test notices when a PyO3 upgrade makes
+/// them fall back to PyO3's own).
 fn install_fast_calls(py: Python<'_>) -> PyResult<Vec<&'static str>> {
     let mut installed = Vec::new();
     if vectorcall::install_acquire::<lock::PyLock>(py)? {
@@ -93,12 +94,22 @@ fn install_fast_calls(py: Python<'_>) -> PyResult<Vec<&'static str>> {
         let done = names.into_iter().zip([entered, exited]);
         installed.extend(done.filter(|&(_, ok)| ok).map(|(name, _)| name));
     }
-    let sample = || {
-        let lock = py.get_type::<lock::PyLock>().call0()?;
-        let unlock = lock.call_method0("acquire")?;
-        Ok((lock, unlock))
-    };
-    if vectorcall::install_call::<unlock::PyUnlock>(py, sample)? {
+    if vectorcall::install_lookup::<named::PyLockManager>(py)? {
+        installed.push("LockManager.lock");
+    }
+    // Objects PyO3 made, to learn where their values sit: then the objects made on every
+    // acquire are made and freed without PyO3's constructor and deallocator (`freelist.rs`).
+    let lock = py.get_type::<lock::PyLock>().call0()?;
+    let unlock = lock.call_method0("acquire")?;
+    if freelist::learn_layout(unlock.cast::<unlock::PyUnlock>()?) {
+        installed.push("Unlock (made and freed here)");
+    }
+    let manager = py.get_type::<named::PyLockManager>().call0()?;
+    let named = manager.call_method1("lock", ("ctxlock:layout",))?;
+    if freelist::learn_layout(named.cast::<named::PyNamedLock>()?) {
+        installed.push("NamedLock (made and freed here)");
+    }
+    if vectorcall::install_call::<unlock::PyUnlock>(py, || Ok((lock, unlock)))? {
         installed.push("Unlock.__call__");
     }
     Ok(installed)

@@ -108,8 +108,12 @@ impl PyLockManager {
     /// Raises:
     ///     TypeError: ``name`` is not a str.
     ///     ValueError: ``name`` is empty or longer than 1024 UTF-8 bytes.
-    fn lock(slf: &Bound<'_, Self>, name: &Bound<'_, PyAny>) -> PyResult<PyNamedLock> {
-        PyNamedLock::new(slf, name_of(name)?, Mode::Exclusive)
+    fn lock<'py>(
+        slf: &Bound<'py, Self>,
+        name: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyNamedLock>> {
+        let name = name_of(name)?;
+        PyNamedLock::made(slf, &name, name.to_str()?, Mode::Exclusive)
     }
 
     /// The shared/exclusive lock of ``name``: ``.shared`` and ``.exclusive``, phase-fair.
@@ -122,7 +126,8 @@ impl PyLockManager {
         name: &Bound<'_, PyAny>,
     ) -> PyResult<PyNamedSharableLock> {
         let name = name_of(name)?;
-        let view = |mode| Py::new(slf.py(), PyNamedLock::new(slf, name.clone(), mode)?);
+        let text = name.to_str()?;
+        let view = |mode| PyNamedLock::made(slf, &name, text, mode).map(Bound::unbind);
         Ok(PyNamedSharableLock {
             shared: view(Mode::Shared)?,
             exclusive: view(Mode::Exclusive)?,
@@ -290,27 +295,71 @@ impl super::freelist::Pooled for PyNamedLock {
             super::freelist::FreeList::new(super::freelist::NAMED_LOCK);
         &LIST
     }
+
+    fn parts_alone(&self) -> bool {
+        true
+    }
+
+    fn take_apart(self) {
+        let PyNamedLock {
+            view,
+            name,
+            manager,
+        } = self;
+        // The view borrows the name: it goes first.
+        drop(view);
+        // SAFETY: attached (`take_apart`'s contract); each pointer is a reference this
+        // handle owned, given up by `into_ptr`.
+        unsafe {
+            pyo3::ffi::Py_DECREF(name.into_ptr());
+            pyo3::ffi::Py_DECREF(manager.into_ptr().cast());
+        }
+    }
 }
 
 impl PyNamedLock {
-    /// The handle of `name` (a checked lock name) in `mode`.
-    fn new(
-        manager: &Bound<'_, PyLockManager>,
-        name: Bound<'_, PyString>,
+    /// The handle of `name` (a checked lock name, whose UTF-8 is `text`) in `mode`.
+    fn made<'py>(
+        manager: &Bound<'py, PyLockManager>,
+        name: &Bound<'py, PyString>,
+        text: &str,
         mode: Mode,
-    ) -> PyResult<Self> {
-        let text = name.to_str()?;
+    ) -> PyResult<Bound<'py, PyNamedLock>> {
         // SAFETY: `text` is the UTF-8 of `name`, which CPython keeps in the str object,
-        // unchanged, for its whole life (a str is immutable); the handle keeps `name`
-        // alive and drops `view` first, and every wait that clones the view holds the
-        // handle (through its `Owner`) or borrows it.
-        let key = unsafe { Key::borrowed(text) };
-        let view = NamedView::new(manager.get().session.clone(), key, mode);
-        Ok(PyNamedLock {
+        // unchanged, for its whole life (a str is immutable), and the session is the
+        // manager's, which it never replaces (a frozen class); the handle keeps `name` and
+        // `manager` alive and drops `view` first, and every wait that clones the view
+        // holds the handle (through its `Owner`) or borrows it.
+        let view =
+            unsafe { NamedView::borrowed(&manager.get().session, Key::borrowed(text), mode) };
+        let handle = PyNamedLock {
             view,
-            name: name.unbind(),
+            name: name.clone().unbind(),
             manager: manager.clone().unbind(),
-        })
+        };
+        super::freelist::new_object(manager.py(), handle)
+    }
+}
+
+/// `lock(name)` through the hand-written entry point (`vectorcall.rs`): an exact `str`
+/// that is a valid name; anything else goes to the generated `lock`, which says what is
+/// wrong with it.
+impl super::vectorcall::FastLookup for PyLockManager {
+    #[inline]
+    fn lookup<'py>(
+        slf: &Bound<'py, Self>,
+        name: &Bound<'py, PyAny>,
+    ) -> Option<PyResult<Bound<'py, PyAny>>> {
+        let name = name.cast_exact::<PyString>().ok()?;
+        let text = name.to_str().ok()?;
+        check_name(text).ok()?;
+        Some(PyNamedLock::made(slf, name, text, Mode::Exclusive).map(Bound::into_any))
+    }
+
+    fn generated_lookup() -> &'static std::sync::OnceLock<pyo3::ffi::PyCFunctionFastWithKeywords> {
+        static GENERATED: std::sync::OnceLock<pyo3::ffi::PyCFunctionFastWithKeywords> =
+            std::sync::OnceLock::new();
+        &GENERATED
     }
 }
 

@@ -40,6 +40,24 @@ impl super::freelist::Pooled for PyUnlock {
             super::freelist::FreeList::new(super::freelist::UNLOCK);
         &LIST
     }
+
+    /// A released `Unlock` that never had a registration nor a `lost` token holds only
+    /// its lock object (the common `unlock = lock.acquire(); unlock()`); any other goes
+    /// through `Drop`, which may release, warn, or drop Python objects.
+    fn parts_alone(&self) -> bool {
+        self.unlock.is_finished() && self.lost.get().is_none()
+    }
+
+    fn take_apart(self) {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never used again nor dropped (ManuallyDrop), so each field is
+        // read out once and dropped here. `Drop for PyUnlock` does nothing for a released
+        // Unlock, which `parts_alone` checked; the `lost` cell is empty, as checked too.
+        let unlock = unsafe { std::ptr::read(&this.unlock) };
+        let owner = unlock.into_hold().owner;
+        // SAFETY: attached (`take_apart`'s contract); the owner's reference, given up.
+        unsafe { pyo3::ffi::Py_DECREF(owner.into_object().into_ptr()) };
+    }
 }
 
 impl PyUnlock {

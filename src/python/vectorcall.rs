@@ -1,4 +1,5 @@
-//! Hand-written CPython entry points for the two calls of `unlock = lock.acquire(); unlock()`.
+//! Hand-written CPython entry points for the calls of `unlock = lock.acquire(); unlock()`,
+//! `with lock:` and `mgr.lock(name)`.
 //!
 //! PyO3 wraps every call in a trampoline (attach count, panic guard), parses arguments
 //! through a generic description, and wires `__call__` to `tp_call`, so `unlock()` builds
@@ -12,6 +13,9 @@
 //!   other call, unchanged, to the function PyO3 generated. That one stays the only
 //!   parser of the full signature and owns every error and every wait; its name, docs and
 //!   text signature are reused, so `help()` and `inspect` see no difference.
+//! - `__enter__` and `__exit__` of the same classes take a free lock and release a
+//!   `with`'s hold themselves, and `LockManager.lock` makes the handle of a name given
+//!   as one positional `str`; every other call goes to the generated function.
 //! - `Unlock` gets a vectorcall slot: each object carries the function pointer, and the
 //!   type's `tp_vectorcall_offset` points at it. `tp_call` stays PyO3's, for callers that
 //!   use `PyObject_Call`.
@@ -21,10 +25,11 @@
 //! an object and release. The release attaches itself where it drops Python references
 //! (the `Unlock`'s registrations, `kind::Owner`; the asyncio doorbell).
 //!
-//! Generic over the classes ([`FastAcquire`], [`FastCall`]); `mod.rs` says which classes
-//! get them. CPython only: the entry points need the non-limited API (the method
-//! descriptor's layout, `tp_vectorcall_offset`). Elsewhere the `install_*` functions
-//! leave PyO3's entry points alone. This is the binding's one file of raw C API calls.
+//! Generic over the classes ([`FastAcquire`], [`FastLookup`], [`FastCall`]); `mod.rs`
+//! says which classes get them. CPython only: the entry points need the non-limited API
+//! (the method descriptor's layout, `tp_vectorcall_offset`). Elsewhere the `install_*`
+//! functions leave PyO3's entry points alone. With `freelist.rs` (the objects' own
+//! allocation and deallocation), this is one of the binding's two files of raw C API calls.
 
 use std::sync::OnceLock;
 
@@ -63,6 +68,19 @@ pub(crate) trait FastAcquire: PyClass<Frozen = True> + Sync {
     /// The `__exit__` PyO3 generated, which takes calls with other arguments than three
     /// positional ones (and says what is wrong with them).
     fn generated_exit() -> &'static OnceLock<ffi::PyCFunctionFastWithKeywords>;
+}
+
+/// The manager class, whose `lock(name)` gets the hand-written entry point.
+pub(crate) trait FastLookup: PyClass<Frozen = True> + Sync {
+    /// The lock `name` names, when the call is one the fast path takes (a valid name);
+    /// `None` passes the call to the generated function, which owns every error.
+    fn lookup<'py>(
+        slf: &Bound<'py, Self>,
+        name: &Bound<'py, PyAny>,
+    ) -> Option<PyResult<Bound<'py, PyAny>>>;
+
+    /// The `lock` PyO3 generated.
+    fn generated_lookup() -> &'static OnceLock<ffi::PyCFunctionFastWithKeywords>;
 }
 
 /// The class whose objects get a vectorcall slot: `Unlock`, called as `unlock()`.
@@ -176,6 +194,45 @@ unsafe extern "C" fn exit<T: FastAcquire>(
     unsafe { installed(T::generated_exit())(slf, args, nargs, kwnames) }
 }
 
+/// `manager.lock(name)`: one positional name that `T::lookup` takes here, every other
+/// call in the generated function.
+///
+/// # Safety
+/// Called by CPython through a `METH_FASTCALL | METH_KEYWORDS` method descriptor of `T`'s
+/// type, with the thread attached.
+unsafe extern "C" fn lookup<T: FastLookup>(
+    slf: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: this function's contract.
+    let (py, manager) = unsafe { receiver::<T>(&slf) };
+    // SAFETY: a non-NULL `kwnames` is a tuple (the fastcall protocol).
+    let no_keywords = kwnames.is_null() || unsafe { ffi::PyTuple_GET_SIZE(kwnames) } == 0;
+    if nargs == 1 && no_keywords {
+        // SAFETY: one positional argument, borrowed for the call.
+        let name = unsafe { Bound::ref_from_ptr(py, &*args) };
+        let mut pass_on = false;
+        let found = guarded(py, || match T::lookup(manager, name) {
+            Some(Ok(lock)) => lock.into_ptr(),
+            Some(Err(e)) => {
+                e.restore(py);
+                std::ptr::null_mut()
+            }
+            None => {
+                pass_on = true;
+                std::ptr::null_mut()
+            }
+        });
+        if !pass_on {
+            return found;
+        }
+    }
+    // SAFETY: the generated function has this very signature and contract.
+    unsafe { installed(T::generated_lookup())(slf, args, nargs, kwnames) }
+}
+
 /// The attached thread's token and the receiver of a method call on `T`.
 ///
 /// # Safety
@@ -287,6 +344,40 @@ fn install_acquire_descriptor<T: FastAcquire>(py: Python<'_>) -> PyResult<bool> 
         PyCFunctionFastWithKeywords: acquire::<T>,
     };
     replace_method::<T>(py, "acquire", FLAGS, fast, keep)
+}
+
+/// Replace `T.lock` with a descriptor of `lookup::<T>`, keeping the generated function
+/// for the calls it passes on. False (the class left alone) where not supported or if
+/// `lock` is not the expected method descriptor.
+pub(crate) fn install_lookup<T: FastLookup>(py: Python<'_>) -> PyResult<bool> {
+    if !SUPPORTED {
+        return Ok(false);
+    }
+    install_lookup_descriptor::<T>(py)
+}
+
+#[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
+fn install_lookup_descriptor<T: FastLookup>(py: Python<'_>) -> PyResult<bool> {
+    let keep = |m: ffi::PyMethodDefPointer| {
+        // SAFETY: the flags checked by `replace_method` say this is the member in use.
+        let generated = unsafe { m.PyCFunctionFastWithKeywords };
+        T::generated_lookup().set(generated).is_ok()
+    };
+    let fast = ffi::PyMethodDefPointer {
+        PyCFunctionFastWithKeywords: lookup::<T>,
+    };
+    replace_method::<T>(
+        py,
+        "lock",
+        ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+        fast,
+        keep,
+    )
+}
+
+#[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
+fn install_lookup_descriptor<T: FastLookup>(_py: Python<'_>) -> PyResult<bool> {
+    Ok(false)
 }
 
 /// Replace `T`'s method `name`, a method descriptor with `flags`, with one of the same
