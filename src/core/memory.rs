@@ -216,6 +216,21 @@ impl Table {
     }
 }
 
+/// Whether nobody but the caller can reach `entry`'s slot until the caller lets go of the
+/// shard's mutex: no hold or waiter but the caller's `own` pins, and no other reference
+/// to the slot (a waiter that left may keep one for a moment: see `unpin_found`). Then
+/// the slot is taken and released by plain stores (`Slot::take_alone`).
+#[inline]
+fn alone(entry: &Entry, own: usize) -> bool {
+    if entry.pins != own || Arc::strong_count(&entry.slot) != 1 {
+        return false;
+    }
+    // ORDERING: pairs with the Release decrement of the last other `Arc` of the slot, so
+    // that its owner's last use of the slot happened before the caller's stores.
+    std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+    true
+}
+
 /// Drop one pin of an entry already found. When it was the last, the entry stays idle
 /// if its shard has room for one more, else it goes (to `spare`, if that has room).
 fn unpin_found(
@@ -540,7 +555,14 @@ impl View<'_> {
         if !pick(&mut found.get_mut().holds) {
             return false;
         }
-        if found.get().slot.release_uncontended(self.mode) {
+        let entry = found.get();
+        let released = if alone(entry, 1) {
+            entry.slot.release_alone(self.mode);
+            true
+        } else {
+            entry.slot.release_uncontended(self.mode)
+        };
+        if released {
             unpin_found(found, spare, idle);
             return true;
         }
@@ -576,6 +598,10 @@ impl View<'_> {
             ..
         } = &mut *table;
         let entry = Table::pin(entries, spare, idle, self.key, self.client.scope.policy);
+        if alone(entry, 1) {
+            entry.slot.take_alone(self.mode);
+            return Some(then(fence, entry));
+        }
         if entry.slot.try_lock(self.mode) {
             return Some(then(fence, entry));
         }

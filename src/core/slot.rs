@@ -219,6 +219,28 @@ impl Slot {
         self.release_slow(mode)
     }
 
+    /// Take the free slot in `mode` by a store, for a caller that knows no other thread
+    /// can reach the slot until it releases a mutex it holds (the named locks' table: no
+    /// hold, no waiter, no other reference). A compare-and-swap is a locked instruction;
+    /// this is a plain one.
+    #[cfg_attr(loom, allow(dead_code))]
+    #[inline]
+    pub(crate) fn take_alone(&self, mode: Mode) {
+        // ORDERING: Relaxed: nobody else reads or writes the word before the caller's
+        // mutex is released, and that release publishes this store to the next user.
+        debug_assert_eq!(self.state.load(Ordering::Relaxed), 0, "BUG: not free");
+        self.state.store(held_alone(mode), Ordering::Relaxed);
+    }
+
+    /// Give back the slot's only hold, of `mode`, by a store, as [`Slot::take_alone`].
+    #[cfg_attr(loom, allow(dead_code))]
+    #[inline]
+    pub(crate) fn release_alone(&self, mode: Mode) {
+        // ORDERING: as in `take_alone`.
+        debug_assert_eq!(self.state.load(Ordering::Relaxed), held_alone(mode), "BUG");
+        self.state.store(0, Ordering::Relaxed);
+    }
+
     /// [`Slot::release`] when it needs no hand-off: one CAS, nobody woken. False (and
     /// nothing changed) when waiters are queued or this is not a hold of `mode`; then
     /// `release` does it (the caller must not hold a mutex that a wake-up may need).
@@ -542,6 +564,16 @@ impl Slot {
 }
 
 /// A waiter queued in a slot: the slot's side of the seam's [`RawWaiter`].
+/// The state word of a slot with one hold of `mode` and nobody queued.
+#[cfg_attr(loom, allow(dead_code))]
+#[inline]
+fn held_alone(mode: Mode) -> usize {
+    match mode {
+        Mode::Exclusive => WRITER,
+        Mode::Shared => ONE_READER,
+    }
+}
+
 pub struct SlotWaiter {
     pub(crate) slot: Arc<Slot>,
     pub(crate) waiter: Arc<Waiter>,
