@@ -439,3 +439,18 @@ def test_an_unlock_whose_lost_token_was_asked_for_is_freed_whole() -> None:
     assert not lost.cancelled
     mgr.close()
     assert not lost.cancelled
+
+
+@pytest.mark.skipif(sys.implementation.name != "cpython", reason="CPython's C API only")
+def test_the_objects_made_per_acquire_are_not_tracked_by_the_collector() -> None:
+    # Their classes show the collector nothing but their type, so tracking them would
+    # only cost a list insertion and removal each (src/python/freelist.rs).
+    mgr = LockManager()
+    fresh = [mgr.lock(f"entry-points:gc:{i}") for i in range(100)]  # more than a list holds
+    unlocks = [named.acquire() for named in fresh]
+    assert not any(gc.is_tracked(o) for o in [*fresh, *unlocks])
+    for unlock in unlocks:
+        unlock()
+    plain = Lock().acquire()
+    assert not gc.is_tracked(plain)
+    plain()

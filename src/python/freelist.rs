@@ -18,18 +18,22 @@
 //!   and a thread that frees while more than `ORPHANS_KEPT` wait frees the extra ones.
 //!
 //! A list reuses an object the way `PyType_GenericAlloc` makes one (zeroed body,
-//! `PyObject_Init`, tracked by the cyclic GC); what it cannot serve goes to the type's
-//! own `tp_alloc`/`tp_free`, saved at installation. A PyO3 module lives in one
+//! `PyObject_Init`); what it cannot serve goes to the type's own `tp_alloc`/`tp_free`,
+//! saved at installation. A PyO3 module lives in one
 //! interpreter only (PyO3 refuses subinterpreters), so one GIL guards every list.
 //!
-//! These objects are not tracked by the cyclic GC: PyO3's `tp_traverse` for a class
-//! without `__traverse__` visits only the type, so the collector could learn nothing from
-//! them, and tracking is a list insertion and removal per object.
+//! These objects are not tracked by the cyclic GC, wherever they were allocated
+//! (`untracked`): PyO3's `tp_traverse` for a class without `__traverse__` visits only the
+//! type, so the collector could learn nothing from them, and tracking is a list insertion
+//! and removal per object.
 //!
 //! [`dealloc_object`] frees them without PyO3's deallocator (an attach count kept in a
 //! thread-local, a panic guard, and the generic drop) when the class can take its value
 //! apart itself (`Pooled::take_apart`); otherwise, and for an `Unlock` that still holds,
-//! PyO3's deallocator runs.
+//! PyO3's deallocator runs. One difference: PyO3's entry points also give back the
+//! references other threads dropped without the interpreter (its pool), and a program
+//! that only ever calls the hand-written entry points and frees these objects now
+//! leaves them there until it next calls any other method of the module.
 //!
 //! [`new_object`] makes these objects without PyO3's constructor, which calls
 //! `object.__new__` with an empty argument tuple before it reaches `tp_alloc`, and checks
@@ -249,7 +253,7 @@ where
         },
         // SAFETY: attached, for the class's own type: the contract of `tp_alloc`, whose
         // objects have a zeroed body.
-        None => unsafe { (saved.alloc)(saved.ty, 0) },
+        None => unsafe { untracked((saved.alloc)(saved.ty, 0)) },
     };
     if obj.is_null() {
         return Err(PyErr::fetch(py));
@@ -287,14 +291,26 @@ unsafe extern "C" fn dealloc_object<T: Pooled>(obj: *mut ffi::PyObject) {
         if !(*value).parts_alone() {
             return (saved.dealloc)(obj);
         }
-        // As PyO3's: untracked (a no-op, see the module's docs) before any field goes,
-        // the value dropped, then the weak references cleared (their callbacks see a
-        // dead object, as with PyO3's), the memory given back, and the reference to the
-        // (heap) type the object held dropped.
+        // As PyO3's: untracked before any field goes (these objects never are: see the
+        // module's docs; PyO3's deallocator does it too), the value dropped, then the
+        // weak references cleared (their callbacks see a dead object, as with PyO3's),
+        // the memory given back, and the reference to the (heap) type the object held
+        // dropped. Nothing here may panic (an `extern "C"` function aborts on unwinding):
+        // `parts_alone` and `take_apart` only read, move and drop references.
         ffi::PyObject_GC_UnTrack(obj.cast());
         ptr::read(value).take_apart();
-        let weaklist = obj.cast::<u8>().add(layout.weaklist);
-        if !(*weaklist.cast::<*mut ffi::PyObject>()).is_null() {
+        // An atomic read: without a GIL, a weak reference dying on another thread may
+        // write the list meanwhile (under CPython's own lock, which the clear takes).
+        let weaklist = obj
+            .cast::<u8>()
+            .add(layout.weaklist)
+            .cast::<*mut ffi::PyObject>();
+        let weaklist = std::sync::atomic::AtomicPtr::from_ptr(weaklist);
+        // ORDERING: a hint whether to call the clear, which reads the list under its lock.
+        if !weaklist
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .is_null()
+        {
             ffi::PyObject_ClearWeakRefs(obj);
         }
         free_object::<T>(obj.cast());
@@ -330,7 +346,21 @@ unsafe extern "C" fn alloc_object<T: Pooled>(
         }
     }
     // SAFETY: as this function's.
-    unsafe { (saved.alloc)(ty, nitems) }
+    unsafe { untracked((saved.alloc)(ty, nitems)) }
+}
+
+/// `obj` (NULL or a new object of a class with a list) no longer tracked by the cyclic GC,
+/// as the objects from the lists are not (see the module's docs).
+///
+/// # Safety
+/// Attached; `obj` is NULL or a new object no other code has seen.
+#[inline]
+unsafe fn untracked(obj: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    if !obj.is_null() {
+        // SAFETY: this function's contract; a no-op on an object not tracked.
+        unsafe { ffi::PyObject_GC_UnTrack(obj.cast()) };
+    }
+    obj
 }
 
 /// `tp_free`: keep the object for the next `alloc_object` while the list has room, else

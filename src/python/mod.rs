@@ -99,15 +99,15 @@ fn install_fast_calls(py: Python<'_>) -> PyResult<Vec<&'static str>> {
     }
     // Objects PyO3 made, to learn where their values sit: then the objects made on every
     // acquire are made and freed without PyO3's constructor and deallocator (`freelist.rs`).
-    let lock = py.get_type::<lock::PyLock>().call0()?;
-    let unlock = lock.call_method0("acquire")?;
-    if freelist::learn_layout(unlock.cast::<unlock::PyUnlock>()?) {
-        installed.push("Unlock (made and freed here)");
-    }
     let manager = py.get_type::<named::PyLockManager>().call0()?;
     let named = manager.call_method1("lock", ("ctxlock:layout",))?;
     if freelist::learn_layout(named.cast::<named::PyNamedLock>()?) {
         installed.push("NamedLock (made and freed here)");
+    }
+    let lock = py.get_type::<lock::PyLock>().call0()?;
+    let unlock = lock.call_method0("acquire")?;
+    if freelist::learn_layout(unlock.cast::<unlock::PyUnlock>()?) {
+        installed.push("Unlock (made and freed here)");
     }
     if vectorcall::install_call::<unlock::PyUnlock>(py, || Ok((lock, unlock)))? {
         installed.push("Unlock.__call__");
