@@ -53,7 +53,11 @@ TIMEOUT = 60.0
 #: Server settings: room for many sessions and holds, and no durability against a crash of
 #: the machine (fsync, full-page writes), but every commit's WAL written before it returns
 #: (synchronous_commit stays on): ``stop_immediate()`` then loses no committed transaction.
+#: No autovacuum: the ``pg_*`` rows count a database's transactions as its clients'
+#: statements, and an autovacuum worker's (analyzing ``ctxlock_names`` after enough
+#: inserts) count there too; a throwaway server lives too short for bloat to matter.
 SETTINGS = {
+    "autovacuum": "off",
     "listen_addresses": "127.0.0.1",
     "fsync": "off",
     "full_page_writes": "off",
