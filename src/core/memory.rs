@@ -598,11 +598,13 @@ impl View<'_> {
             ..
         } = &mut *table;
         let entry = Table::pin(entries, spare, idle, self.key, self.client.scope.policy);
-        if alone(entry, 1) {
+        let taken = if alone(entry, 1) {
             entry.slot.take_alone(self.mode);
-            return Some(then(fence, entry));
-        }
-        if entry.slot.try_lock(self.mode) {
+            true
+        } else {
+            entry.slot.try_lock(self.mode)
+        };
+        if taken {
             return Some(then(fence, entry));
         }
         table.unpin(self.key);

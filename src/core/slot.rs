@@ -563,7 +563,6 @@ impl Slot {
     }
 }
 
-/// A waiter queued in a slot: the slot's side of the seam's [`RawWaiter`].
 /// The state word of a slot with one hold of `mode` and nobody queued.
 #[cfg_attr(loom, allow(dead_code))]
 #[inline]
@@ -574,6 +573,7 @@ fn held_alone(mode: Mode) -> usize {
     }
 }
 
+/// A waiter queued in a slot: the slot's side of the seam's [`RawWaiter`].
 pub struct SlotWaiter {
     pub(crate) slot: Arc<Slot>,
     pub(crate) waiter: Arc<Waiter>,

@@ -241,8 +241,7 @@ where
         // `alloc_object` does, but for the body: the value is written below, and the weak
         // reference list, the rest of it (`learn_layout`), is emptied here.
         Some(obj) => unsafe {
-            ptr::write_bytes(obj.cast::<u8>(), 0, std::mem::size_of::<ffi::PyObject>());
-            ffi::PyObject_Init(obj, saved.ty);
+            revive(obj, saved.ty, std::mem::size_of::<ffi::PyObject>());
             ptr::write(
                 obj.cast::<u8>()
                     .add(layout.weaklist)
@@ -291,13 +290,14 @@ unsafe extern "C" fn dealloc_object<T: Pooled>(obj: *mut ffi::PyObject) {
         if !(*value).parts_alone() {
             return (saved.dealloc)(obj);
         }
-        // As PyO3's: untracked before any field goes (these objects never are: see the
-        // module's docs; PyO3's deallocator does it too), the value dropped, then the
-        // weak references cleared (their callbacks see a dead object, as with PyO3's),
-        // the memory given back, and the reference to the (heap) type the object held
-        // dropped. Nothing here may panic (an `extern "C"` function aborts on unwinding):
-        // `parts_alone` and `take_apart` only read, move and drop references.
-        ffi::PyObject_GC_UnTrack(obj.cast());
+        // As PyO3's, without its untrack: every object of the class is untracked from
+        // its allocation on (`alloc_object`, `new_object`; see the module's docs). The
+        // value dropped, then the weak references cleared (their callbacks see a dead
+        // object, as with PyO3's), the memory given back, and the reference to the (heap)
+        // type the object held dropped. Nothing here may panic (an `extern "C"` function
+        // aborts on unwinding): `parts_alone` and `take_apart` only read, move and drop
+        // references.
+        debug_assert_eq!(ffi::PyObject_GC_IsTracked(obj), 0);
         ptr::read(value).take_apart();
         // An atomic read: without a GIL, a weak reference dying on another thread may
         // write the list meanwhile (under CPython's own lock, which the clear takes).
@@ -334,19 +334,30 @@ unsafe extern "C" fn alloc_object<T: Pooled>(
     if nitems == 0 && ty == saved.ty {
         // SAFETY: attached (this function's contract).
         if let Some(obj) = unsafe { list.pop() } {
-            // SAFETY: `obj` is a deallocated object of `ty` whose memory is ours (the
-            // list's invariant). As `PyType_GenericAlloc`: a zeroed body (the GC's
-            // header before it was left clean by the untrack), the type and one
-            // reference; not tracked (see the module's docs).
-            unsafe {
-                ptr::write_bytes(obj.cast::<u8>(), 0, (*ty).tp_basicsize as usize);
-                ffi::PyObject_Init(obj, ty);
-            }
+            // SAFETY: `obj` is a deallocated object of `ty`, ours (the list's invariant).
+            unsafe { revive(obj, ty, (*ty).tp_basicsize as usize) };
             return obj;
         }
     }
     // SAFETY: as this function's.
     unsafe { untracked((saved.alloc)(ty, nitems)) }
+}
+
+/// Make a dead object from a list a live one of `ty`, as `PyType_GenericAlloc` makes one:
+/// its first `zeroed` bytes zeroed (at least the header; the GC's header before it was
+/// left clean by the untrack), the type and one reference; not tracked (see the module's
+/// docs).
+///
+/// # Safety
+/// Attached; `obj` is a deallocated object of `ty` from its list, and `zeroed` is at least
+/// `size_of::<PyObject>()` and at most `ty`'s basic size.
+#[inline]
+unsafe fn revive(obj: *mut ffi::PyObject, ty: *mut ffi::PyTypeObject, zeroed: usize) {
+    // SAFETY: this function's contract.
+    unsafe {
+        ptr::write_bytes(obj.cast::<u8>(), 0, zeroed);
+        ffi::PyObject_Init(obj, ty);
+    }
 }
 
 /// `obj` (NULL or a new object of a class with a list) no longer tracked by the cyclic GC,
@@ -379,8 +390,8 @@ unsafe extern "C" fn free_object<T: Pooled>(obj: *mut c_void) {
     // SAFETY: attached, and `o` is a dead object of the class (this function's contract).
     unsafe {
         if ffi::Py_TYPE(o) == saved.ty {
-            // Both deallocators that call this (PyO3's and `dealloc_object`) untrack the
-            // object first, as the list's invariant needs.
+            // Never tracked (see `dealloc_object`), as the list's invariant needs; PyO3's
+            // deallocator untracks too.
             debug_assert_eq!(ffi::PyObject_GC_IsTracked(o), 0);
             if list.push(o) {
                 return;

@@ -183,9 +183,8 @@ unsafe extern "C" fn exit<T: FastAcquire>(
 ) -> *mut ffi::PyObject {
     // SAFETY: this function's contract.
     let (py, lock) = unsafe { receiver::<T>(&slf) };
-    // SAFETY: a non-NULL `kwnames` is a tuple (the fastcall protocol).
-    let no_keywords = kwnames.is_null() || unsafe { ffi::PyTuple_GET_SIZE(kwnames) } == 0;
-    if nargs == 3 && no_keywords {
+    // SAFETY: `kwnames` as CPython passes it to a fastcall method.
+    if nargs == 3 && unsafe { no_keywords(kwnames) } {
         return guarded(py, || {
             none_or_raise(py, super::acquire::exit(lock.get().kind()))
         });
@@ -208,9 +207,8 @@ unsafe extern "C" fn lookup<T: FastLookup>(
 ) -> *mut ffi::PyObject {
     // SAFETY: this function's contract.
     let (py, manager) = unsafe { receiver::<T>(&slf) };
-    // SAFETY: a non-NULL `kwnames` is a tuple (the fastcall protocol).
-    let no_keywords = kwnames.is_null() || unsafe { ffi::PyTuple_GET_SIZE(kwnames) } == 0;
-    if nargs == 1 && no_keywords {
+    // SAFETY: `kwnames` as CPython passes it to a fastcall method.
+    if nargs == 1 && unsafe { no_keywords(kwnames) } {
         // SAFETY: one positional argument, borrowed for the call.
         let name = unsafe { Bound::ref_from_ptr(py, &*args) };
         let mut pass_on = false;
@@ -308,6 +306,16 @@ unsafe fn plain_or_deadline(
     }
 }
 
+/// Whether a fastcall passed no keyword arguments.
+///
+/// # Safety
+/// `kwnames` is NULL or a tuple, as CPython passes it to a fastcall method.
+#[inline]
+unsafe fn no_keywords(kwnames: *mut ffi::PyObject) -> bool {
+    // SAFETY: a non-NULL `kwnames` is a tuple (this function's contract).
+    kwnames.is_null() || unsafe { ffi::PyTuple_GET_SIZE(kwnames) } == 0
+}
+
 /// Whether a keyword argument is called `name`.
 ///
 /// # Safety
@@ -334,16 +342,34 @@ pub(crate) fn install_acquire<T: FastAcquire>(py: Python<'_>) -> PyResult<bool> 
 
 #[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
 fn install_acquire_descriptor<T: FastAcquire>(py: Python<'_>) -> PyResult<bool> {
-    const FLAGS: std::ffi::c_int = ffi::METH_FASTCALL | ffi::METH_KEYWORDS;
+    replace_fastcall::<T>(py, "acquire", acquire::<T>, T::generated())
+}
+
+/// [`replace_method`] for a `METH_FASTCALL | METH_KEYWORDS` method: `fast` in its place,
+/// the generated function kept in `generated`.
+#[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
+fn replace_fastcall<T: PyClass>(
+    py: Python<'_>,
+    name: &str,
+    fast: ffi::PyCFunctionFastWithKeywords,
+    generated: &OnceLock<ffi::PyCFunctionFastWithKeywords>,
+) -> PyResult<bool> {
     let keep = |m: ffi::PyMethodDefPointer| {
         // SAFETY: the flags checked by `replace_method` say this is the member in use.
-        let generated = unsafe { m.PyCFunctionFastWithKeywords };
-        T::generated().set(generated).is_ok()
+        generated
+            .set(unsafe { m.PyCFunctionFastWithKeywords })
+            .is_ok()
     };
     let fast = ffi::PyMethodDefPointer {
-        PyCFunctionFastWithKeywords: acquire::<T>,
+        PyCFunctionFastWithKeywords: fast,
     };
-    replace_method::<T>(py, "acquire", FLAGS, fast, keep)
+    replace_method::<T>(
+        py,
+        name,
+        ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+        fast,
+        keep,
+    )
 }
 
 /// Replace `T.lock` with a descriptor of `lookup::<T>`, keeping the generated function
@@ -358,21 +384,7 @@ pub(crate) fn install_lookup<T: FastLookup>(py: Python<'_>) -> PyResult<bool> {
 
 #[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
 fn install_lookup_descriptor<T: FastLookup>(py: Python<'_>) -> PyResult<bool> {
-    let keep = |m: ffi::PyMethodDefPointer| {
-        // SAFETY: the flags checked by `replace_method` say this is the member in use.
-        let generated = unsafe { m.PyCFunctionFastWithKeywords };
-        T::generated_lookup().set(generated).is_ok()
-    };
-    let fast = ffi::PyMethodDefPointer {
-        PyCFunctionFastWithKeywords: lookup::<T>,
-    };
-    replace_method::<T>(
-        py,
-        "lock",
-        ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
-        fast,
-        keep,
-    )
+    replace_fastcall::<T>(py, "lock", lookup::<T>, T::generated_lookup())
 }
 
 #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
@@ -454,20 +466,7 @@ fn install_with_descriptors<T: FastAcquire>(py: Python<'_>) -> PyResult<(bool, b
         },
         keep_enter,
     )?;
-    let keep_exit = |m: ffi::PyMethodDefPointer| {
-        // SAFETY: the flags checked by `replace_method` say this is the member in use.
-        let generated = unsafe { m.PyCFunctionFastWithKeywords };
-        T::generated_exit().set(generated).is_ok()
-    };
-    let exited = replace_method::<T>(
-        py,
-        "__exit__",
-        ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
-        ffi::PyMethodDefPointer {
-            PyCFunctionFastWithKeywords: exit::<T>,
-        },
-        keep_exit,
-    )?;
+    let exited = replace_fastcall::<T>(py, "__exit__", exit::<T>, T::generated_exit())?;
     Ok((entered, exited))
 }
 
