@@ -84,7 +84,7 @@ HOST      = $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
 MIRI_SEEDS ?= 0..4
 # Never under Miri. Thousands of contended rounds: minutes each, and past the tests' 60 s
 # watchdog, which counts Miri's virtual clock. go_port's test_lock cancels a token with a
-# 100 µs deadline after creating it; Miri's clock lets the deadline win first. The three
+# 100 µs deadline after creating it; Miri's clock lets the deadline win first. The four
 # "woken to compete" tests need an unlock within FAIR_AFTER (1 ms) of a waiter queueing,
 # which Miri's clock never allows (loom's models cover that path instead).
 MIRI_SKIP := test_mutual_exclusion_under_threads test_grant_cancel_race_never_double_holds \
@@ -93,10 +93,12 @@ MIRI_SKIP := test_mutual_exclusion_under_threads test_grant_cancel_race_never_do
 	test_exclusive_excludes_readers_and_writers test_grant_abandon_race_with_readers_behind \
 	test_a_waiter_woken_to_compete_later_keeps_its_place_and_age \
 	test_a_waiter_woken_to_compete_at_once_keeps_its_age \
-	test_a_competing_waiter_is_handed_the_slot_once_it_waited_long_enough
+	test_a_competing_waiter_is_handed_the_slot_once_it_waited_long_enough \
+	test_a_competing_waiter_past_fair_after_is_handed_the_slot_after_another_waiter_left
 # Run with seed 0 only: 300 grant/timeout races take about 30 s under Miri.
 MIRI_ONE_SEED := test_timeout_grant_race_never_leaks_the_slot
-# Tests that start the timer thread (a token with a deadline; go_port's all do) or callback
+# Tests that start the timer thread (a token with a deadline, go_port's all do, or a waiter
+# woken to compete later, which the timer marks once it has waited FAIR_AFTER) or callback
 # runner threads (a deadline's user callbacks): they outlive the test, so Miri runs them
 # without its leak check. Add new ones here.
 MIRI_TIMER := core::cancel::tests::deadlines_cancel_through_the_timer \
@@ -107,7 +109,9 @@ MIRI_TIMER := core::cancel::tests::deadlines_cancel_through_the_timer \
 	test_a_deep_chain_is_freed_from_either_end test_tokens_with_nothing_registered_are_freed \
 	test_a_blocked_user_callback_delays_no_other_deadline \
 	test_a_blocked_user_callback_delays_no_flag_waiter_or_release \
-	test_callbacks_of_unreferenced_tokens_still_run
+	test_callbacks_of_unreferenced_tokens_still_run \
+	test_a_thread_wait_dropped_after_retry_gives_up \
+	test_a_thread_wait_dropped_after_retry_passes_on_a_grant_it_never_saw
 MIRI_ENV := -Zmiri-env-set=PROPTEST_CASES=1 -Zmiri-env-set=PROPTEST_DISABLE_FAILURE_PERSISTENCE=1
 
 # Both sanitizers; see the two targets below.

@@ -344,6 +344,11 @@ fn woken_to_compete_keeps_its_age(compete: Compete) {
     panic!("the first unlock never came within FAIR_AFTER of the waiter queueing");
 }
 
+/// Long enough past `FAIR_AFTER` (1 ms) for a waiter woken to compete later to be
+/// handed the slot: while it is away, the mark that it waited long enough is set by the
+/// timer thread, which a loaded machine may run a few milliseconds late.
+const PAST_FAIR_AFTER: Duration = Duration::from_millis(50);
+
 #[test]
 fn test_a_competing_waiter_is_handed_the_slot_once_it_waited_long_enough() {
     let _watchdog =
@@ -386,11 +391,62 @@ fn test_a_competing_waiter_is_handed_the_slot_once_it_waited_long_enough() {
                 }
                 if !handed_over {
                     assert!(lock.try_lock());
-                    thread::sleep(Duration::from_millis(5));
+                    thread::sleep(PAST_FAIR_AFTER);
                     assert!(lock.unlock());
                     assert!(!lock.try_lock(), "a competitor past FAIR_AFTER was barged");
                 }
                 assert_eq!(lock.queued(), 0);
+                let_go.send(()).unwrap();
+            }
+            waiter.join().unwrap();
+            retried
+        });
+        assert_free(&lock);
+        if retried {
+            return;
+        }
+    }
+    panic!("the first unlock never came within FAIR_AFTER of the waiter queueing");
+}
+
+#[test]
+fn test_a_competing_waiter_past_fair_after_is_handed_the_slot_after_another_waiter_left() {
+    let _watchdog = watchdog(
+        "test_a_competing_waiter_past_fair_after_is_handed_the_slot_after_another_waiter_left",
+    );
+    // While a woken competitor is away and young, releases skip the queue. Once it has
+    // waited FAIR_AFTER they must not: also when another waiter queued behind it and
+    // timed out meanwhile, whose leaving re-plans the queue with the slot still held.
+    let lock = Lock::new();
+    for _ in 0..20 {
+        assert!(lock.try_lock());
+        let (stepped, first) = mpsc::channel::<Woken>();
+        let (let_go, go) = mpsc::channel::<()>();
+        let retried = thread::scope(|s| {
+            let lock = &lock;
+            let waiter = s.spawn(move || {
+                let mut waiting = lock.wait_steps(for_at_most(PATIENCE), Compete::Later);
+                let woken = waiting.step().expect("first step failed");
+                stepped.send(woken).unwrap();
+                if woken == Woken::Retry {
+                    go.recv_timeout(PATIENCE).expect("never let go");
+                    assert!(waiting.compete(), "the hand-off was lost");
+                }
+                assert!(lock.unlock());
+            });
+            wait_until("the waiter queued", || lock.queued() == 1);
+            assert!(lock.unlock());
+            let retried = first.recv_timeout(PATIENCE).unwrap() == Woken::Retry;
+            if retried && lock.try_lock() {
+                thread::sleep(PAST_FAIR_AFTER);
+                let r = lock.lock(for_at_most(Duration::from_millis(5)));
+                assert!(matches!(r, Err(AcquireError::Timeout)), "{r:?}");
+                assert_eq!(lock.queued(), 1);
+                assert!(lock.unlock());
+                assert!(!lock.try_lock(), "a competitor past FAIR_AFTER was barged");
+                assert_eq!(lock.queued(), 0);
+            }
+            if retried {
                 let_go.send(()).unwrap();
             }
             waiter.join().unwrap();
@@ -463,7 +519,7 @@ fn thread_wait_dropped_after_retry(handed_over: bool) {
                 assert_eq!(lock.queued(), 1, "a Later waiter left the queue");
                 if handed_over {
                     assert!(lock.try_lock(), "a Retry left the slot taken");
-                    thread::sleep(Duration::from_millis(5));
+                    thread::sleep(PAST_FAIR_AFTER);
                     assert!(lock.unlock());
                     assert!(lock.is_locked(), "not handed to the waiter past FAIR_AFTER");
                     assert_eq!(lock.queued(), 0);

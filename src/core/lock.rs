@@ -53,10 +53,7 @@ impl RawLock for LockView {
         if self.slot.enqueue(&waiter) {
             return Enqueued::Acquired;
         }
-        Enqueued::Queued(SlotWaiter {
-            slot: self.slot.clone(),
-            waiter,
-        })
+        Enqueued::Queued(SlotWaiter::new(self.slot.clone(), waiter))
     }
 }
 

@@ -7,14 +7,15 @@
 //! (`WRITER`) or by the reader group (`readers > 0`); `WRITER_QUEUED` is `want > 0`.
 //!
 //! # State table
-//! `WRITER` | readers | `QUEUED` | `WRITER_QUEUED` | meaning
-//! -------- | ------- | -------- | --------------- | -------
-//!    0     |    0    |    0     |        0        | free: a fast-path CAS takes it
-//!    1     |    0    |    0     |        0        | held exclusively, nobody waits: release is one CAS
-//!    0     |   n>0   |    0     |        0        | held by a reader group of n; readers join with one CAS
-//!    1     |    0    |    1     |       0/1       | held exclusively, waiters queued: release goes through the queue
-//!    0     |   n>0   |    1     |        1        | readers hold, a writer waits: new readers queue (no writer starvation)
-//!    0     |    0    |    1     |        0        | only in a barging `Lock`: a woken waiter is re-competing for the slot
+//! `WRITER` | readers | `QUEUED` | `WRITER_QUEUED` | `AWAY` | meaning
+//! -------- | ------- | -------- | --------------- | ------ | -------
+//!    0     |    0    |    0     |        0        |   0    | free: a fast-path CAS takes it
+//!    1     |    0    |    0     |        0        |   0    | held exclusively, nobody waits: release is one CAS
+//!    0     |   n>0   |    0     |        0        |   0    | held by a reader group of n; readers join with one CAS
+//!    1     |    0    |    1     |       0/1       |   0    | held exclusively, waiters queued: release goes through the queue
+//!    0     |   n>0   |    1     |        1        |   0    | readers hold, a writer waits: new readers queue (no writer starvation)
+//!    0     |    0    |    1     |       0/1       |   0    | only in a barging `Lock`: a woken waiter is re-competing for the slot
+//!   0/1    |    0    |    1     |        1        |   1    | only in a barging `Lock`: the head waiter is away competing; release is one CAS
 //!
 //! # Invariants
 //! 1. `WRITER` ⇒ readers == 0 (the slot has one holder: a writer or the reader group).
@@ -25,7 +26,15 @@
 //!    never has readers waiting.
 //! 4. With hand-off (fair `Lock`, `SharableLock`, any asyncio waiter at the head),
 //!    `QUEUED` ⇒ the slot is held: a release with waiters passes the slot on without
-//!    ever leaving it free. Only the barging `Lock` has the last row of the table.
+//!    ever leaving it free. Only the barging `Lock` has the last two rows of the table.
+//! 5. `AWAY` ⇒ the barging policy, and the head waiter was woken to compete later
+//!    (`RETRY`, keeping its place) and has not been found to have waited `FAIR_AFTER`:
+//!    the grant policy would hand the slot to nobody on a release, so an exclusive
+//!    release may free the slot with one CAS, without the queue mutex. Like the `QUEUED`
+//!    bits, `AWAY` is set and cleared only with the queue mutex held, by whatever
+//!    changes the head or its status (`Slot::settle`, `Slot::acquire_or_queue`, the
+//!    timer's mark). Clearing it is always safe (releases then go through the queue);
+//!    setting it is done only where the condition was just checked.
 
 /// The slot is held by one exclusive holder.
 pub(crate) const WRITER: usize = 1;
@@ -33,8 +42,11 @@ pub(crate) const WRITER: usize = 1;
 pub(crate) const QUEUED: usize = 1 << 1;
 /// An exclusive waiter is queued (Go's `want > 0`); changed only under the queue mutex.
 pub(crate) const WRITER_QUEUED: usize = 1 << 2;
+/// The head waiter is away competing (barging `Lock`; invariant 5); changed only under
+/// the queue mutex.
+pub(crate) const AWAY: usize = 1 << 3;
 /// One member of the reader group.
-pub(crate) const ONE_READER: usize = 1 << 3;
+pub(crate) const ONE_READER: usize = 1 << 4;
 /// The reader-group count.
 pub(crate) const READERS_MASK: usize = !(ONE_READER - 1);
 
@@ -56,8 +68,13 @@ mod tests {
 
     #[test]
     fn bits_do_not_overlap() {
-        assert_eq!(WRITER & QUEUED & WRITER_QUEUED & READERS_MASK, 0);
-        assert_eq!(WRITER | QUEUED | WRITER_QUEUED | READERS_MASK, usize::MAX);
+        let bits = [WRITER, QUEUED, WRITER_QUEUED, AWAY, READERS_MASK];
+        for (i, a) in bits.iter().enumerate() {
+            for b in &bits[i + 1..] {
+                assert_eq!(a & b, 0);
+            }
+        }
+        assert_eq!(bits.iter().fold(0, |all, b| all | b), usize::MAX);
         assert_eq!(readers((3 * ONE_READER) | QUEUED), 3);
         assert!(slot_held(ONE_READER));
         assert!(slot_held(WRITER | QUEUED));

@@ -1,10 +1,12 @@
-//! The one timer thread that expires things at their deadlines (tokens, today).
+//! The one timer thread that expires things at their deadlines: tokens, and the
+//! "waited `FAIR_AFTER`" mark of a waiter woken to compete later (`slot.rs`).
 //!
 //! Started lazily by the first deadline; it sleeps on a condition variable until the
 //! earliest deadline and expires that entry. It knows only [`Expire`], not what expires:
 //! entries hold weak references and are removed when their owner is dropped, so tokens
-//! that never expire leave nothing behind. Blocked threads never need it (they park until the deadline themselves); it
-//! serves `on_cancel` callbacks, `wait`, asyncio waiters and the `cancelled` flag.
+//! that never expire leave nothing behind. Blocked threads never need it for their own
+//! deadlines (they park until the deadline themselves); it serves `on_cancel` callbacks,
+//! `wait`, asyncio waiters, the `cancelled` flag and the fairness mark.
 
 use std::collections::BTreeMap;
 use std::ptr;

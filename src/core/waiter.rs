@@ -15,7 +15,7 @@
 use std::time::Instant;
 
 use super::raw::Notify;
-use super::sync::{AtomicU64, AtomicU8, Ordering};
+use super::sync::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 /// The two ways to hold the slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -59,6 +59,10 @@ pub(crate) struct Waiter {
     /// A thread that, woken to compete (`RETRY`), keeps its place in the queue until it
     /// competes (`Compete::Later`); else it leaves the queue when woken.
     pub(crate) keeps_place: bool,
+    /// Has waited `FAIR_AFTER`, as the timer found (see `Slot::plan`): set once, with the
+    /// queue mutex held, and never cleared.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fair_due: AtomicBool,
 }
 
 impl Waiter {
@@ -71,6 +75,7 @@ impl Waiter {
             since: Instant::now(),
             generation: super::fork::generation(),
             keeps_place,
+            fair_due: AtomicBool::new(false),
         }
     }
 
