@@ -30,10 +30,10 @@
 //!   nobody else), and the first release after it has waited `FAIR_AFTER` hands it the
 //!   slot even if it has not come back yet. While it is away, releases neither read the
 //!   clock nor take the queue mutex (under the GIL they come every few hundred
-//!   nanoseconds, and a clock read is ~25 ns of each): the state word says the head is
-//!   away (`AWAY`), so an exclusive release frees the slot with one CAS, and the timer
-//!   thread ends that once the waiter has waited `FAIR_AFTER` (`FairMark`), so that the
-//!   next release goes through the queue and hands the slot over.
+//!   nanoseconds, and a clock read is ~25 ns of each): the woken thread has the timer
+//!   thread mark it at `FAIR_AFTER` (`FairMark`) and sets `AWAY` in the state word, so
+//!   that an exclusive release frees the slot with one CAS; the mark clears `AWAY`, and
+//!   the next release goes through the queue and hands the slot over.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -47,7 +47,7 @@ use super::sync::Arc;
 use super::sync::{lock, AtomicU32, AtomicUsize, Mutex, Ordering};
 #[cfg(not(loom))]
 use super::timer::{self, Expire};
-use super::waiter::{Mode, Waiter, ABANDONED, GRANTED, RETRY, WAITING};
+use super::waiter::{Mode, Waiter, ABANDONED, GRANTED, MARK_ARMED, MARK_DUE, RETRY, WAITING};
 
 /// How long a queued thread may be overtaken by barging before the next release hands
 /// the slot to it directly (CPython's `TIME_TO_BE_FAIR_NS`).
@@ -489,7 +489,7 @@ impl Slot {
                 ),
             };
             let mut new = held & !(QUEUED | WRITER_QUEUED | AWAY);
-            if self.head_away_after(q, grant) {
+            if grant == Grant::Nobody && self.head_away(q) {
                 new |= AWAY;
             }
             if exclusive_left + shared_left > 0 {
@@ -583,20 +583,28 @@ impl Slot {
         }
     }
 
-    /// Whether, once `grant` is carried out, the head waiter is away competing and not
-    /// due a hand-off: the condition of `AWAY` (invariant 5 in `state.rs`).
-    fn head_away_after(&self, q: &WaitQueue, grant: Grant) -> bool {
-        if self.policy != Policy::Barging {
-            return false;
-        }
-        let Some(head) = q.head_exclusive() else {
-            return false;
-        };
-        match grant {
-            // `plan` has just found it not due (it reads the clock for a waiting head).
-            Grant::Retry => head.keeps_place,
-            Grant::Nobody => head.status() == RETRY && !fair_due(head),
-            Grant::Writer | Grant::Readers => false,
+    /// The condition of `AWAY` (invariant 5 in `state.rs`), with the queue mutex held:
+    /// the head waiter is away competing, its timer mark is armed, and it has not waited
+    /// `FAIR_AFTER` yet. Only a waiter that keeps its place is still queued with `RETRY`.
+    fn head_away(&self, q: &WaitQueue) -> bool {
+        self.policy == Policy::Barging
+            && q.head_exclusive().is_some_and(|head| {
+                // ORDERING: Relaxed: `mark` changes only under the queue mutex we hold.
+                head.status() == RETRY && head.mark.load(Ordering::Relaxed) == MARK_ARMED
+            })
+    }
+
+    /// A waiter woken to compete later, whose timer mark is now scheduled: record that,
+    /// and let releases skip the queue while it is away (`AWAY`) if it still is.
+    #[cfg_attr(loom, allow(dead_code))]
+    fn mark_armed(&self, w: &Waiter) {
+        let q = lock(&self.queue);
+        // ORDERING: Relaxed: `mark` changes only under the queue mutex we hold.
+        w.mark.fetch_or(MARK_ARMED, Ordering::Relaxed);
+        if self.head_away(&q) {
+            // ORDERING: Relaxed: AWAY changes only under the queue mutex; it publishes
+            // nothing (a release that reads it frees the slot with its own Release CAS).
+            self.state.fetch_or(AWAY, Ordering::Relaxed);
         }
     }
 
@@ -656,8 +664,10 @@ impl SlotWaiter {
     }
 
     /// The waiter saw `RETRY`: if it keeps its place while it is away, have the timer
-    /// mark it once it has waited `FAIR_AFTER` (once per wait). Done by the woken
-    /// thread, off the releasing thread's path.
+    /// mark it once it has waited `FAIR_AFTER` (scheduled once per wait), then let
+    /// releases skip the queue until then. Done by the woken thread, off the releasing
+    /// thread's path; `AWAY` is set only once a mark is scheduled, so that it always
+    /// ends, also in a forked child (the timer's entries carry over to it).
     #[cfg(not(loom))]
     #[cold]
     fn going_away(&self) {
@@ -674,6 +684,7 @@ impl SlotWaiter {
             let _ = timer::schedule(self.waiter.since + FAIR_AFTER, entry);
             mark
         });
+        self.slot.mark_armed(&self.waiter);
     }
 }
 
@@ -693,7 +704,7 @@ impl Expire for FairMark {
         // them, so the timer thread waits for it no longer than a release does.
         let _queue = lock(&self.slot.queue);
         // ORDERING: Relaxed: read only under the queue mutex we hold, which orders it.
-        self.waiter.fair_due.store(true, Ordering::Relaxed);
+        self.waiter.mark.fetch_or(MARK_DUE, Ordering::Relaxed);
         // ORDERING: Relaxed: AWAY changes only under the queue mutex; a fast-path release
         // whose CAS races with this one fails and goes through the queue.
         self.slot.state.fetch_and(!AWAY, Ordering::Relaxed);
@@ -732,7 +743,7 @@ fn waited_long_enough(w: &Waiter) -> bool {
 #[cfg(not(loom))]
 fn fair_due(w: &Waiter) -> bool {
     // ORDERING: Relaxed: written only under the queue mutex, which the caller holds.
-    w.fair_due.load(Ordering::Relaxed)
+    w.mark.load(Ordering::Relaxed) & MARK_DUE != 0
 }
 
 /// loom cannot model time; the model always takes the barging branch, and the

@@ -15,7 +15,7 @@
 use std::time::Instant;
 
 use super::raw::Notify;
-use super::sync::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use super::sync::{AtomicU64, AtomicU8, Ordering};
 
 /// The two ways to hold the slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -59,11 +59,17 @@ pub(crate) struct Waiter {
     /// A thread that, woken to compete (`RETRY`), keeps its place in the queue until it
     /// competes (`Compete::Later`); else it leaves the queue when woken.
     pub(crate) keeps_place: bool,
-    /// Has waited `FAIR_AFTER`, as the timer found (see `Slot::plan`): set once, with the
-    /// queue mutex held, and never cleared.
+    /// The timer's mark on a waiter away competing (see `slot.rs`'s `FairMark`):
+    /// `MARK_ARMED` once the timer is due to mark it, then also `MARK_DUE` once it has
+    /// waited `FAIR_AFTER`. Bits are only added, and only with the queue mutex held.
     #[cfg_attr(loom, allow(dead_code))]
-    pub(crate) fair_due: AtomicBool,
+    pub(crate) mark: AtomicU8,
 }
+
+/// The timer will mark the waiter at `since + FAIR_AFTER`.
+pub(crate) const MARK_ARMED: u8 = 1;
+/// The timer marked the waiter: it has waited `FAIR_AFTER`.
+pub(crate) const MARK_DUE: u8 = 2;
 
 impl Waiter {
     pub(crate) fn new(mode: Mode, notify: Notify, keeps_place: bool) -> Self {
@@ -75,7 +81,7 @@ impl Waiter {
             since: Instant::now(),
             generation: super::fork::generation(),
             keeps_place,
-            fair_due: AtomicBool::new(false),
+            mark: AtomicU8::new(0),
         }
     }
 
