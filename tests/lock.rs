@@ -356,57 +356,27 @@ fn test_a_competing_waiter_is_handed_the_slot_once_it_waited_long_enough() {
     // A waiter woken to compete that has not come back to compete yet (in the binding:
     // it waits for the GIL) is not woken again by later unlocks, and the first unlock
     // after it has waited FAIR_AFTER hands it the slot: its `compete` then finds it held.
-    let lock = Lock::new();
-    for _ in 0..20 {
-        assert!(lock.try_lock());
-        let (stepped, first) = mpsc::channel::<Woken>();
-        let (let_go, go) = mpsc::channel::<()>();
-        let retried = thread::scope(|s| {
-            let lock = &lock;
-            let waiter = s.spawn(move || {
-                let mut waiting = lock.wait_steps(for_at_most(PATIENCE), Compete::Later);
-                let woken = waiting.step().expect("first step failed");
-                stepped.send(woken).unwrap();
-                if woken == Woken::Retry {
-                    go.recv_timeout(PATIENCE).expect("never let go");
-                    assert!(waiting.compete(), "the hand-off was lost");
-                }
-                assert!(lock.unlock());
-            });
-            wait_until("the waiter queued", || lock.queued() == 1);
-            assert!(lock.unlock());
-            let retried = first.recv_timeout(PATIENCE).unwrap() == Woken::Retry;
-            if retried {
-                // Barging while the competitor is away: the lock is free to take back
-                // until the competitor has waited FAIR_AFTER (a slow machine, or a
-                // sanitizer, may get there within these rounds: then an unlock of
-                // theirs has handed it over already).
-                let mut handed_over = false;
-                for _ in 0..100 {
-                    if !lock.try_lock() {
-                        handed_over = true;
-                        break;
-                    }
-                    assert!(lock.unlock());
-                }
-                if !handed_over {
-                    assert!(lock.try_lock());
-                    thread::sleep(PAST_FAIR_AFTER);
-                    assert!(lock.unlock());
-                    assert!(!lock.try_lock(), "a competitor past FAIR_AFTER was barged");
-                }
-                assert_eq!(lock.queued(), 0);
-                let_go.send(()).unwrap();
+    with_a_competitor_away(|lock| {
+        // Barging while the competitor is away: the lock is free to take back until
+        // the competitor has waited FAIR_AFTER (a slow machine, or a sanitizer, may get
+        // there within these rounds: then an unlock of theirs has handed it over
+        // already).
+        let mut handed_over = false;
+        for _ in 0..100 {
+            if !lock.try_lock() {
+                handed_over = true;
+                break;
             }
-            waiter.join().unwrap();
-            retried
-        });
-        assert_free(&lock);
-        if retried {
-            return;
+            assert!(lock.unlock());
         }
-    }
-    panic!("the first unlock never came within FAIR_AFTER of the waiter queueing");
+        if !handed_over {
+            assert!(lock.try_lock());
+            thread::sleep(PAST_FAIR_AFTER);
+            assert!(lock.unlock());
+            assert!(!lock.try_lock(), "a competitor past FAIR_AFTER was barged");
+        }
+        assert_eq!(lock.queued(), 0);
+    });
 }
 
 #[test]
@@ -417,6 +387,27 @@ fn test_a_competing_waiter_past_fair_after_is_handed_the_slot_after_another_wait
     // While a woken competitor is away and young, releases skip the queue. Once it has
     // waited FAIR_AFTER they must not: also when another waiter queued behind it and
     // timed out meanwhile, whose leaving re-plans the queue with the slot still held.
+    with_a_competitor_away(|lock| {
+        // Taken back unless a slow machine let the competitor age past FAIR_AFTER
+        // already (then it was handed the slot).
+        if lock.try_lock() {
+            thread::sleep(PAST_FAIR_AFTER);
+            let r = lock.lock(for_at_most(Duration::from_millis(5)));
+            assert!(matches!(r, Err(AcquireError::Timeout)), "{r:?}");
+            assert_eq!(lock.queued(), 1);
+            assert!(lock.unlock());
+            assert!(!lock.try_lock(), "a competitor past FAIR_AFTER was barged");
+        }
+        assert_eq!(lock.queued(), 0);
+    });
+}
+
+/// Run `away` while a thread that competes `Later` has been woken to compete and has not
+/// come back yet (the lock is free then); then let it compete, which must give it the
+/// lock (or find it handed over). The first unlock must come within FAIR_AFTER of the
+/// waiter queueing, else it hands over instead of waking it to compete; a slow machine
+/// may miss that, so the scenario runs until it happens (a few times at most).
+fn with_a_competitor_away(away: impl Fn(&Lock)) {
     let lock = Lock::new();
     for _ in 0..20 {
         assert!(lock.try_lock());
@@ -437,16 +428,8 @@ fn test_a_competing_waiter_past_fair_after_is_handed_the_slot_after_another_wait
             wait_until("the waiter queued", || lock.queued() == 1);
             assert!(lock.unlock());
             let retried = first.recv_timeout(PATIENCE).unwrap() == Woken::Retry;
-            if retried && lock.try_lock() {
-                thread::sleep(PAST_FAIR_AFTER);
-                let r = lock.lock(for_at_most(Duration::from_millis(5)));
-                assert!(matches!(r, Err(AcquireError::Timeout)), "{r:?}");
-                assert_eq!(lock.queued(), 1);
-                assert!(lock.unlock());
-                assert!(!lock.try_lock(), "a competitor past FAIR_AFTER was barged");
-                assert_eq!(lock.queued(), 0);
-            }
             if retried {
+                away(lock);
                 let_go.send(()).unwrap();
             }
             waiter.join().unwrap();
