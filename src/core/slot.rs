@@ -596,7 +596,6 @@ impl Slot {
 
     /// A waiter woken to compete later, whose timer mark is now scheduled: record that,
     /// and let releases skip the queue while it is away (`AWAY`) if it still is.
-    #[cfg_attr(loom, allow(dead_code))]
     fn mark_armed(&self, w: &Waiter) {
         let q = lock(&self.queue);
         // ORDERING: Relaxed: `mark` changes only under the queue mutex we hold.
@@ -667,13 +666,15 @@ impl SlotWaiter {
     /// mark it once it has waited `FAIR_AFTER` (scheduled once per wait), then let
     /// releases skip the queue until then. Done by the woken thread, off the releasing
     /// thread's path; `AWAY` is set only once a mark is scheduled, so that it always
-    /// ends, also in a forked child (the timer's entries carry over to it).
-    #[cfg(not(loom))]
+    /// ends, also in a forked child (the timer's entries carry over to it). Under loom,
+    /// which has no time, there is no mark: `AWAY` then lasts until the waiter competes
+    /// or leaves, which the models check against the releases that skip the queue.
     #[cold]
     fn going_away(&self) {
         if !self.waiter.keeps_place {
             return;
         }
+        #[cfg(not(loom))]
         self.mark.get_or_init(|| {
             let mark = std::sync::Arc::new(FairMark {
                 slot: self.slot.clone(),
@@ -717,7 +718,6 @@ impl RawWaiter for SlotWaiter {
         match self.waiter.status() {
             GRANTED => Status::Granted,
             RETRY => {
-                #[cfg(not(loom))]
                 self.going_away();
                 Status::Retry
             }
