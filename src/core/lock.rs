@@ -16,7 +16,7 @@ use super::error::AcquireError;
 use super::raw::{Compete, Enqueued, Notify, RawLock};
 use super::slot::{Policy, Slot, SlotWaiter};
 use super::state::{readers, WRITER};
-use super::sync::{lock, Arc};
+use super::sync::Arc;
 use super::task::TaskWait;
 use super::unlock::{Hold, Unlock};
 use super::wait::{ThreadWait, Wait};
@@ -178,27 +178,12 @@ impl LockView {
 
     /// Attach an opaque tag to one hold (the embedding layer's bookkeeping; see `untag_hold`).
     pub fn tag_hold(&self, tag: u64) {
-        let mut tags = lock(self.slot.holder_tags());
-        let tags = tags.get_or_insert_with(Box::default);
-        match tags.iter_mut().find(|(t, _)| *t == tag) {
-            Some((_, n)) => *n += 1,
-            None => tags.push((tag, 1)),
-        }
+        self.slot.tag_hold(tag)
     }
 
     /// Take a tag attached by `tag_hold` off one hold.
     pub fn untag_hold(&self, tag: u64) {
-        let mut guard = lock(self.slot.holder_tags());
-        let Some(tags) = guard.as_mut() else { return };
-        if let Some(i) = tags.iter().position(|(t, _)| *t == tag) {
-            tags[i].1 -= 1;
-            if tags[i].1 == 0 {
-                tags.swap_remove(i);
-            }
-        }
-        if tags.is_empty() {
-            *guard = None;
-        }
+        self.slot.untag_hold(tag)
     }
 
     pub(crate) fn slot(&self) -> &Slot {
@@ -207,9 +192,7 @@ impl LockView {
 
     /// Whether some hold carries `tag`.
     pub fn has_tagged_hold(&self, tag: u64) -> bool {
-        lock(self.slot.holder_tags())
-            .as_ref()
-            .is_some_and(|tags| tags.iter().any(|(t, _)| *t == tag))
+        self.slot.has_tagged_hold(tag)
     }
 }
 

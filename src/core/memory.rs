@@ -179,7 +179,7 @@ impl Table {
                         // releases, then untags under that name (finding nothing once
                         // the entry went to spare), and a hold that close() ended is
                         // untagged, if ever, under that name too.
-                        *lock(e.slot.holder_tags()) = None;
+                        e.slot.clear_tags();
                         e
                     }
                     None => Entry {

@@ -98,6 +98,13 @@ pub(crate) struct Slot {
     /// Boxed and absent until the first tag: most locks are never held by a task, and
     /// an empty `Vec` inline would cost every lock 24 bytes.
     holder_tags: Mutex<Option<Box<HolderTags>>>,
+    /// How many holds carry a tag: the sum of the counts in `holder_tags`, changed only
+    /// with its mutex held. Every contended blocking acquire asks whether its thread's
+    /// tag is on a hold (`has_tagged_hold`); while no hold is tagged, nearly always, one
+    /// load answers, instead of a mutex that every waiting thread would take in turn.
+    /// 32 bits: fewer holds than that exist at once (a lock is one of very many small
+    /// objects, and this fits in the padding after `policy`).
+    tagged: AtomicU32,
 }
 
 impl Slot {
@@ -108,6 +115,7 @@ impl Slot {
             policy,
             scoped: [AtomicU32::new(0), AtomicU32::new(0)],
             holder_tags: Mutex::new(None),
+            tagged: AtomicU32::new(0),
         }
     }
 
@@ -612,8 +620,59 @@ impl Slot {
         lock(&self.queue).len()
     }
 
-    pub(crate) fn holder_tags(&self) -> &Mutex<Option<Box<HolderTags>>> {
-        &self.holder_tags
+    /// Attach `tag` to one hold (see `holder_tags`).
+    pub(crate) fn tag_hold(&self, tag: u64) {
+        let mut tags = lock(&self.holder_tags);
+        let tags = tags.get_or_insert_with(Box::default);
+        match tags.iter_mut().find(|(t, _)| *t == tag) {
+            Some((_, n)) => *n += 1,
+            None => tags.push((tag, 1)),
+        }
+        // ORDERING: see `has_tagged_hold`; the mutex orders the changes among themselves.
+        self.tagged.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Take a tag attached by `tag_hold` off one hold; nothing if no hold carries it.
+    pub(crate) fn untag_hold(&self, tag: u64) {
+        let mut guard = lock(&self.holder_tags);
+        let Some(tags) = guard.as_mut() else { return };
+        if let Some(i) = tags.iter().position(|(t, _)| *t == tag) {
+            tags[i].1 -= 1;
+            if tags[i].1 == 0 {
+                tags.swap_remove(i);
+            }
+            // ORDERING: as in `tag_hold`.
+            self.tagged.fetch_sub(1, Ordering::Relaxed);
+        }
+        if tags.is_empty() {
+            *guard = None;
+        }
+    }
+
+    /// Whether some hold carries `tag`. A tag attached by a `tag_hold` that happened
+    /// before this call (on the caller's own thread, say) is always seen; one attached
+    /// meanwhile by another thread may or may not be, as with any race.
+    pub(crate) fn has_tagged_hold(&self, tag: u64) -> bool {
+        // ORDERING: Relaxed. If `tag_hold(tag)` happened before this call, this load
+        // reads its increment or a later value (coherence), and every later decrement
+        // undoes an increment made before it (another hold's, or this hold's own untag):
+        // so the count read is not 0 while that hold is still tagged. The mutex then
+        // decides.
+        if self.tagged.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        lock(&self.holder_tags)
+            .as_ref()
+            .is_some_and(|tags| tags.iter().any(|(t, _)| *t == tag))
+    }
+
+    /// Drop every tag (a named lock's slot reused for another name).
+    #[cfg_attr(loom, allow(dead_code))]
+    pub(crate) fn clear_tags(&self) {
+        let mut tags = lock(&self.holder_tags);
+        *tags = None;
+        // ORDERING: as in `tag_hold`.
+        self.tagged.store(0, Ordering::Relaxed);
     }
 
     /// The state word and the number of queued waiters, read together under the queue
