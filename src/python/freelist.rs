@@ -17,9 +17,15 @@
 //!   cannot free them itself; the next thread that finds its own list empty takes them,
 //!   and a thread that frees while more than `ORPHANS_KEPT` wait frees the extra ones.
 //!
-//! A list reuses an object the way `PyType_GenericAlloc` makes one (zeroed body,
-//! `PyObject_Init`); what it cannot serve goes to the type's own `tp_alloc`/`tp_free`,
-//! saved at installation. A PyO3 module lives in one
+//! A list reuses an object the way `PyType_GenericAlloc` makes one (zeroed body, new
+//! reference counts); what it cannot serve goes to the type's own `tp_alloc`/`tp_free`,
+//! saved at installation. An object in a list keeps the reference to its (heap) type
+//! that it held alive, so that making and freeing one touches no count but its own.
+//! Without a GIL this matters: `PyObject_Init` counts the new reference to a heap type
+//! in the calling thread's own array, while the deallocator's `Py_DECREF` of the type
+//! (PyO3's, and what an extension can call) is an atomic on the type object, shared by
+//! every thread, and hands the type to its owning thread's merge queue. Two threads
+//! making and freeing `Unlock`s then contend for the type's cache line on every one. A PyO3 module lives in one
 //! interpreter only (PyO3 refuses subinterpreters), so one GIL guards every list.
 //!
 //! These objects are not tracked by the cyclic GC, wherever they were allocated
@@ -130,7 +136,9 @@ struct Layout {
 ///
 /// # Invariants
 /// `objects[..len]` are distinct objects of the class that were deallocated: their
-/// memory is still allocated, the cyclic GC does not track them, nothing refers to them.
+/// memory is still allocated, the cyclic GC does not track them, nothing refers to them,
+/// and each still holds one reference to the class's type (given up only when the object
+/// goes back to the allocator: [`FreeList::give_back`]).
 struct Slots {
     objects: [*mut ffi::PyObject; CAPACITY],
     len: usize,
@@ -313,8 +321,10 @@ unsafe extern "C" fn dealloc_object<T: Pooled>(obj: *mut ffi::PyObject) {
         {
             ffi::PyObject_ClearWeakRefs(obj);
         }
-        free_object::<T>(obj.cast());
-        ffi::Py_DECREF(ty.cast());
+        // Kept with its reference to the type (see the module's docs), or given back.
+        if !list.push(obj) {
+            list.give_back(saved, obj);
+        }
     }
 }
 
@@ -343,20 +353,30 @@ unsafe extern "C" fn alloc_object<T: Pooled>(
     unsafe { untracked((saved.alloc)(ty, nitems)) }
 }
 
+extern "C" {
+    /// CPython's (exported by every CPython 3 in `Include/cpython/object.h`; PyO3's
+    /// bindings leave it out as private): set a new object's reference counts to one, as
+    /// `PyObject_Init` does after it took a reference to the object's type. Also what
+    /// keeps reference tracing and debug builds' totals right.
+    fn _Py_NewReference(op: *mut ffi::PyObject);
+}
+
 /// Make a dead object from a list a live one of `ty`, as `PyType_GenericAlloc` makes one:
 /// its first `zeroed` bytes zeroed (at least the header; the GC's header before it was
 /// left clean by the untrack), the type and one reference; not tracked (see the module's
-/// docs).
+/// docs). The object's reference to `ty` is the one it kept in the list.
 ///
 /// # Safety
 /// Attached; `obj` is a deallocated object of `ty` from its list, and `zeroed` is at least
 /// `size_of::<PyObject>()` and at most `ty`'s basic size.
 #[inline]
 unsafe fn revive(obj: *mut ffi::PyObject, ty: *mut ffi::PyTypeObject, zeroed: usize) {
-    // SAFETY: this function's contract.
+    // SAFETY: this function's contract: the header is ours to write, and the reference
+    // to `ty` the object kept in the list (the invariant of `Slots`) is its type's now.
     unsafe {
         ptr::write_bytes(obj.cast::<u8>(), 0, zeroed);
-        ffi::PyObject_Init(obj, ty);
+        (*obj).ob_type = ty;
+        _Py_NewReference(obj);
     }
 }
 
@@ -393,11 +413,34 @@ unsafe extern "C" fn free_object<T: Pooled>(obj: *mut c_void) {
             // Never tracked (see `dealloc_object`), as the list's invariant needs; PyO3's
             // deallocator untracks too.
             debug_assert_eq!(ffi::PyObject_GC_IsTracked(o), 0);
+            // The deallocator that called this one drops the object's reference to the
+            // type next: a kept object takes one of its own (the invariant of `Slots`).
+            // Only an `Unlock` that still held, or any object while the layout is not
+            // learned, comes this way; `dealloc_object` keeps the object's own.
             if list.push(o) {
+                ffi::Py_INCREF(saved.ty.cast());
                 return;
             }
         }
         (saved.free)(obj)
+    }
+}
+
+impl FreeList {
+    /// Give a dead object of the class that no list keeps back to the allocator, with its
+    /// reference to the type (the invariant of `Slots`).
+    ///
+    /// # Safety
+    /// Attached; `obj` is a dead object of the class that holds a reference to its type,
+    /// and nothing refers to it.
+    #[cold]
+    unsafe fn give_back(&self, saved: &Saved, obj: *mut ffi::PyObject) {
+        // SAFETY: this function's contract; the type outlives the object's reference,
+        // which is dropped after the object's memory is freed, as deallocators do.
+        unsafe {
+            (saved.free)(obj.cast());
+            ffi::Py_DECREF(saved.ty.cast());
+        }
     }
 }
 
@@ -543,8 +586,9 @@ mod per_thread {
             };
             for o in extra {
                 // SAFETY: attached; each is a dead object of the class that only the
-                // list knew of (the invariant of `Slots`, which it came from).
-                unsafe { (saved.free)(o as *mut std::os::raw::c_void) };
+                // list knew of, holding a reference to the type (the invariant of
+                // `Slots`, which it came from).
+                unsafe { self.give_back(saved, o as *mut ffi::PyObject) };
             }
         }
     }
