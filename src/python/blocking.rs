@@ -85,9 +85,9 @@ const COMPETE: Compete = Compete::Later;
 #[cfg(Py_GIL_DISABLED)]
 const COMPETE: Compete = Compete::AtOnce;
 
-/// How many times a thread that found the lock taken spins before it queues (see
-/// `acquire::block`): as CPython's `PyMutex`, 40 tries without a GIL and none with one
-/// (the holder could not run while the spinner holds the GIL).
+/// How many times a thread that found the lock taken yields before it looks again and
+/// queues if it is still taken (see `acquire::spin`): as CPython's `PyMutex`, 40 without
+/// a GIL and none with one (the holder could not run while the spinner holds the GIL).
 #[cfg(not(Py_GIL_DISABLED))]
 const SPINS: u32 = 0;
 #[cfg(Py_GIL_DISABLED)]
