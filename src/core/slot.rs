@@ -798,8 +798,8 @@ fn waited_long_enough(w: &Waiter) -> bool {
     fair_due(w) || w.since.elapsed() >= FAIR_AFTER
 }
 
-/// Whether the timer marked `w` (see `FairMark`); with the queue mutex held.
-#[cfg(not(loom))]
+/// Whether the timer marked `w` (see `FairMark`); with the queue mutex held. Never
+/// under loom, which schedules no mark.
 fn fair_due(w: &Waiter) -> bool {
     // ORDERING: Relaxed: written only under the queue mutex, which the caller holds.
     w.mark.load(Ordering::Relaxed) & MARK_DUE != 0
@@ -809,11 +809,6 @@ fn fair_due(w: &Waiter) -> bool {
 /// hand-off branch is the one the fair policy takes.
 #[cfg(loom)]
 fn waited_long_enough(_: &Waiter) -> bool {
-    false
-}
-
-#[cfg(loom)]
-fn fair_due(_: &Waiter) -> bool {
     false
 }
 

@@ -62,7 +62,6 @@ pub(crate) struct Waiter {
     /// The timer's mark on a waiter away competing (see `slot.rs`'s `FairMark`):
     /// `MARK_ARMED` once the timer is due to mark it, then also `MARK_DUE` once it has
     /// waited `FAIR_AFTER`. Bits are only added, and only with the queue mutex held.
-    #[cfg_attr(loom, allow(dead_code))]
     pub(crate) mark: AtomicU8,
 }
 

@@ -19,14 +19,16 @@
 //!
 //! A list reuses an object the way `PyType_GenericAlloc` makes one (zeroed body, new
 //! reference counts); what it cannot serve goes to the type's own `tp_alloc`/`tp_free`,
-//! saved at installation. An object in a list keeps the reference to its (heap) type
-//! that it held alive, so that making and freeing one touches no count but its own.
-//! Without a GIL this matters: `PyObject_Init` counts the new reference to a heap type
-//! in the calling thread's own array, while the deallocator's `Py_DECREF` of the type
-//! (PyO3's, and what an extension can call) is an atomic on the type object, shared by
-//! every thread, and hands the type to its owning thread's merge queue. Two threads
-//! making and freeing `Unlock`s then contend for the type's cache line on every one. A PyO3 module lives in one
-//! interpreter only (PyO3 refuses subinterpreters), so one GIL guards every list.
+//! saved at installation. A PyO3 module lives in one interpreter only (PyO3 refuses
+//! subinterpreters), so one GIL guards every list.
+//!
+//! An object in a list keeps the reference to its (heap) type that it held alive, so
+//! that making and freeing one touches no count but its own. Without a GIL this
+//! matters: `PyObject_Init` counts the new reference to a heap type in the calling
+//! thread's own array, while the deallocator's `Py_DECREF` of the type (PyO3's, and what
+//! an extension can call) is an atomic on the type object, shared by every thread, and
+//! hands the type to its owning thread's merge queue. Two threads making and freeing
+//! `Unlock`s then contend for the type's cache line on every one.
 //!
 //! These objects are not tracked by the cyclic GC, wherever they were allocated
 //! (`untracked`): PyO3's `tp_traverse` for a class without `__traverse__` visits only the
