@@ -16,6 +16,7 @@ import gc
 import inspect
 import math
 import sys
+import threading
 import time
 import warnings
 import weakref
@@ -414,6 +415,56 @@ def test_freed_objects_give_back_every_reference_they_held() -> None:
         with mgr.lock(name):
             pass
     assert (sys.getrefcount(mgr), sys.getrefcount(name), sys.getrefcount(plain)) == before
+
+
+def test_references_taken_and_given_back_on_other_threads_balance() -> None:
+    # Without a GIL, the thread that made an object counts its references in a local
+    # count and every other thread in a shared one (`refcount.rs`). An Unlock's reference
+    # to its lock is taken by the acquiring thread and given back by whichever thread
+    # frees the Unlock: here every mix of the lock's maker and other threads.
+    lock = Lock()
+    before = sys.getrefcount(lock)
+    handed: list[Unlock] = []
+
+    def acquire_here(n: int) -> None:
+        for _ in range(n):
+            lock.acquire()()  # taken and given back on this thread
+        handed.append(lock.acquire())  # given back on another
+
+    worker = threading.Thread(target=acquire_here, args=(1_000,))
+    worker.start()
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    # (Counted before anything else is asked of `lock`: pytest's assertions keep what
+    # they evaluated, the bound `lock.locked` too.)
+    assert sys.getrefcount(lock) == before + 1
+    assert lock.locked()
+    handed.pop()()  # released and freed here, by the lock's maker
+    assert sys.getrefcount(lock) == before
+    assert not lock.locked()
+
+    acquire_here(1_000)
+    freer = threading.Thread(target=lambda: handed.pop()())
+    freer.start()
+    freer.join(timeout=30)
+    assert not freer.is_alive()
+    assert sys.getrefcount(lock) == before
+    assert not lock.locked()
+
+    # A lock whose maker has ended, held by an Unlock from yet another thread.
+    made: list[Lock] = []
+    maker = threading.Thread(target=lambda: made.append(Lock()))
+    maker.start()
+    maker.join(timeout=30)
+    orphan = made.pop()
+    gone = weakref.ref(orphan)
+    worker = threading.Thread(target=lambda lk: handed.append(lk.acquire()), args=(orphan,))
+    worker.start()
+    worker.join(timeout=30)
+    del orphan
+    assert gone() is not None  # the Unlock keeps it
+    handed.pop()()
+    assert gone() is None
 
 
 def test_an_unlock_freed_while_holding_still_releases_and_warns() -> None:

@@ -3,7 +3,7 @@
 use pyo3::prelude::*;
 
 // Layers, leaves first (each module uses only those above it; `scripts/check-layers.py`
-// checks there is no cycle): `args`, `errors`, `dealloc`, `blocking`, `kind`, `shim`;
+// checks there is no cycle): `args`, `errors`, `dealloc`, `blocking`, `kind`, `refcount`, `shim`;
 // `cancel`, `task_owner`, `vectorcall`, `stats`; `unlock`, `acquire`; `asyncio`; `lock`,
 // `sharable`, `named`.
 pub(crate) mod acquire;
@@ -17,6 +17,7 @@ mod freelist;
 pub(crate) mod kind;
 pub(crate) mod lock;
 mod named;
+mod refcount;
 mod sharable;
 mod shim;
 pub(crate) mod stats;

@@ -56,7 +56,7 @@ impl super::freelist::Pooled for PyUnlock {
         let unlock = unsafe { std::ptr::read(&this.unlock) };
         let owner = unlock.into_hold().owner;
         // SAFETY: attached (`take_apart`'s contract); the owner's reference, given up.
-        unsafe { pyo3::ffi::Py_DECREF(owner.into_object().into_ptr()) };
+        unsafe { super::refcount::decref(owner.into_object().into_ptr()) };
     }
 }
 

@@ -250,7 +250,7 @@ unsafe fn receiver<T: PyClass>(slf: &*mut ffi::PyObject) -> (Python<'_>, &Bound<
 #[inline]
 fn none_or_raise<T>(py: Python<'_>, result: PyResult<T>) -> *mut ffi::PyObject {
     match result {
-        Ok(_) => py.None().into_ptr(),
+        Ok(_) => super::refcount::none(py),
         Err(e) => {
             e.restore(py);
             std::ptr::null_mut()
@@ -515,7 +515,7 @@ pub(crate) unsafe extern "C" fn call_unlock<T: FastCall>(
     let unlock = unsafe { Bound::ref_from_ptr(py, &callable).cast_unchecked::<T>() };
     guarded(py, || {
         unlock.get().call();
-        py.None().into_ptr()
+        super::refcount::none(py)
     })
 }
 
