@@ -11,8 +11,8 @@
 //! object is left alone; the thread that owns the object (`ob_tid`) changes its local
 //! count with a plain store; any other thread adds to the shared count atomically, or
 //! lets the interpreter's `_Py_DecRefShared` take a reference away. Where the thread's
-//! id cannot be read as CPython reads it (an architecture other than x86-64 and
-//! aarch64), PyO3's functions are used.
+//! id is not read here as CPython reads it (Windows, where it is not the thread pointer,
+//! and architectures other than x86-64 and aarch64), PyO3's functions are used.
 
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -20,7 +20,10 @@ use pyo3::prelude::*;
 /// Whether the counts are changed inline here (else PyO3's functions do it): the
 /// free-threaded build, where the thread's id can be read as the header reads it.
 #[cfg(all(Py_GIL_DISABLED, not(Py_LIMITED_API)))]
-const INLINE: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
+const INLINE: bool = cfg!(all(
+    not(windows),
+    any(target_arch = "x86_64", target_arch = "aarch64")
+));
 
 /// Take a reference to `op`.
 ///
@@ -141,7 +144,7 @@ fn thread_id() -> usize {
     // SAFETY: reads the thread pointer's first word (x86-64 Linux and the BSDs: `fs:0`,
     // which holds the pointer itself) or the thread pointer register (aarch64), as the
     // header does; no other state is touched.
-    #[cfg(all(target_arch = "x86_64", not(target_os = "macos")))]
+    #[cfg(all(target_arch = "x86_64", not(target_os = "macos"), not(windows)))]
     unsafe {
         std::arch::asm!("mov {}, fs:0", out(reg) tid, options(nostack, readonly, preserves_flags, pure));
     }
@@ -155,12 +158,12 @@ fn thread_id() -> usize {
     unsafe {
         std::arch::asm!("mrs {}, tpidrro_el0", out(reg) tid, options(nostack, nomem, preserves_flags, pure));
     }
-    #[cfg(all(target_arch = "aarch64", not(target_os = "macos")))]
+    #[cfg(all(target_arch = "aarch64", not(target_os = "macos"), not(windows)))]
     // SAFETY: as above.
     unsafe {
         std::arch::asm!("mrs {}, tpidr_el0", out(reg) tid, options(nostack, nomem, preserves_flags, pure));
     }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    #[cfg(any(windows, not(any(target_arch = "x86_64", target_arch = "aarch64"))))]
     {
         tid = 0; // never compared: `INLINE` is false here
     }
