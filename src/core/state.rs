@@ -31,11 +31,12 @@
 //!    (`RETRY`, keeping its place), has a timer mark scheduled (none under loom, which
 //!    has no time) and has not been marked as having waited `FAIR_AFTER`: the grant
 //!    policy would hand the slot to nobody on a release, so an exclusive release may
-//!    free the slot with one CAS, without the queue mutex. Like the `QUEUED` bits, `AWAY` is set and cleared only with the queue
-//!    mutex held: set where that condition was just checked (by the woken waiter once
-//!    its mark is scheduled, and kept by `Slot::settle`), cleared by whatever may change
-//!    the head or its status (`Slot::settle`, `Slot::acquire_or_queue`) and by the mark
-//!    itself. Clearing it is always safe: releases then go through the queue.
+//!    free the slot with one CAS, without the queue mutex. Like the `QUEUED` bits, `AWAY`
+//!    is set and cleared only with the queue mutex held: set where that condition was
+//!    just checked (by the woken waiter once its mark is scheduled, and kept by
+//!    `Slot::settle`), cleared by whatever may change the head or its status
+//!    (`Slot::settle`, `Slot::acquire_or_queue`) and by the mark itself. Clearing it is
+//!    always safe: releases then go through the queue.
 
 /// The slot is held by one exclusive holder.
 pub(crate) const WRITER: usize = 1;

@@ -3,9 +3,9 @@
 use pyo3::prelude::*;
 
 // Layers, leaves first (each module uses only those above it; `scripts/check-layers.py`
-// checks there is no cycle): `args`, `errors`, `dealloc`, `blocking`, `kind`, `refcount`, `shim`;
-// `cancel`, `task_owner`, `vectorcall`, `stats`; `unlock`, `acquire`; `asyncio`; `lock`,
-// `sharable`, `named`.
+// checks there is no cycle): `args`, `errors`, `dealloc`, `blocking`, `kind`,
+// `refcount`, `shim`; `cancel`, `task_owner`, `vectorcall`, `stats`; `unlock`, `acquire`;
+// `asyncio`; `lock`, `sharable`, `named`.
 pub(crate) mod acquire;
 mod args;
 pub(crate) mod asyncio;

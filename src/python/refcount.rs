@@ -14,6 +14,9 @@
 //! id is not read here as CPython reads it (Windows, where it is not the thread pointer,
 //! and architectures other than x86-64 and aarch64), PyO3's functions are used.
 
+#[cfg(all(Py_GIL_DISABLED, not(Py_LIMITED_API)))]
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use pyo3::ffi;
 use pyo3::prelude::*;
 
@@ -38,20 +41,19 @@ pub(crate) unsafe fn incref(op: *mut ffi::PyObject) {
         // ORDERING: Relaxed, as the header's: only the owning thread changes the local
         // count (other threads read it only to see whether the object is immortal, which
         // never changes back).
-        let local = ob.ob_ref_local.load(std::sync::atomic::Ordering::Relaxed);
+        let local = ob.ob_ref_local.load(Ordering::Relaxed);
         let Some(new_local) = local.checked_add(1) else {
             return; // u32::MAX: immortal
         };
         // SAFETY: a live object (the contract).
         if unsafe { owned_here(op) } {
             // ORDERING: as above.
-            ob.ob_ref_local
-                .store(new_local, std::sync::atomic::Ordering::Relaxed);
+            ob.ob_ref_local.store(new_local, Ordering::Relaxed);
         } else {
             // ORDERING: the header's sequentially consistent add (on x86-64 and aarch64
             // the same instruction as any other order of an add).
             ob.ob_ref_shared
-                .fetch_add(1 << REF_SHARED_SHIFT, std::sync::atomic::Ordering::SeqCst);
+                .fetch_add(1 << REF_SHARED_SHIFT, Ordering::SeqCst);
         }
         return;
     }
@@ -70,15 +72,14 @@ pub(crate) unsafe fn decref(op: *mut ffi::PyObject) {
         // SAFETY: a live object (the caller's reference).
         let ob = unsafe { &*op };
         // ORDERING: as in `incref`.
-        let local = ob.ob_ref_local.load(std::sync::atomic::Ordering::Relaxed);
+        let local = ob.ob_ref_local.load(Ordering::Relaxed);
         if local == u32::MAX {
             return; // immortal
         }
         // SAFETY: a live object (the caller's reference).
         if unsafe { owned_here(op) } {
             // ORDERING: as in `incref`.
-            ob.ob_ref_local
-                .store(local - 1, std::sync::atomic::Ordering::Relaxed);
+            ob.ob_ref_local.store(local - 1, Ordering::Relaxed);
             if local == 1 {
                 // SAFETY: attached; the local count reached zero, as the function expects
                 // (it frees the object or merges the shared count).
@@ -94,7 +95,8 @@ pub(crate) unsafe fn decref(op: *mut ffi::PyObject) {
     unsafe { ffi::Py_DECREF(op) }
 }
 
-/// A new reference to `None` (immortal, so nothing is counted on any build).
+/// A new reference to `None`. Immortal since CPython 3.12 (there the count is looked at
+/// and left alone); counted on 3.11.
 #[inline(always)]
 pub(crate) fn none(_py: Python<'_>) -> *mut ffi::PyObject {
     // SAFETY: attached (`_py`); `None` lives forever.
@@ -130,9 +132,8 @@ unsafe fn owned_here(op: *mut ffi::PyObject) -> bool {
     // when the object is made or its owner thread ends (another thread's object then
     // has no owner); an atomic read of it, Relaxed as the header's plain read, is a plain
     // load.
-    let tid =
-        unsafe { std::sync::atomic::AtomicUsize::from_ptr(std::ptr::addr_of_mut!((*op).ob_tid)) }
-            .load(std::sync::atomic::Ordering::Relaxed);
+    let tid = unsafe { AtomicUsize::from_ptr(std::ptr::addr_of_mut!((*op).ob_tid)) }
+        .load(Ordering::Relaxed);
     tid == thread_id()
 }
 
@@ -146,22 +147,38 @@ fn thread_id() -> usize {
     // header does; no other state is touched.
     #[cfg(all(target_arch = "x86_64", not(target_os = "macos"), not(windows)))]
     unsafe {
-        std::arch::asm!("mov {}, fs:0", out(reg) tid, options(nostack, readonly, preserves_flags, pure));
+        std::arch::asm!(
+            "mov {}, fs:0",
+            out(reg) tid,
+            options(nostack, readonly, preserves_flags, pure),
+        );
     }
     #[cfg(all(target_arch = "x86_64", target_os = "macos"))]
     // SAFETY: as above (macOS keeps it in `gs`).
     unsafe {
-        std::arch::asm!("mov {}, gs:0", out(reg) tid, options(nostack, readonly, preserves_flags, pure));
+        std::arch::asm!(
+            "mov {}, gs:0",
+            out(reg) tid,
+            options(nostack, readonly, preserves_flags, pure),
+        );
     }
     #[cfg(all(target_arch = "aarch64", target_os = "macos"))]
     // SAFETY: as above (macOS's user-read-only thread register).
     unsafe {
-        std::arch::asm!("mrs {}, tpidrro_el0", out(reg) tid, options(nostack, nomem, preserves_flags, pure));
+        std::arch::asm!(
+            "mrs {}, tpidrro_el0",
+            out(reg) tid,
+            options(nostack, nomem, preserves_flags, pure),
+        );
     }
     #[cfg(all(target_arch = "aarch64", not(target_os = "macos"), not(windows)))]
     // SAFETY: as above.
     unsafe {
-        std::arch::asm!("mrs {}, tpidr_el0", out(reg) tid, options(nostack, nomem, preserves_flags, pure));
+        std::arch::asm!(
+            "mrs {}, tpidr_el0",
+            out(reg) tid,
+            options(nostack, nomem, preserves_flags, pure),
+        );
     }
     #[cfg(any(windows, not(any(target_arch = "x86_64", target_arch = "aarch64"))))]
     {
