@@ -296,26 +296,33 @@ impl Keeper {
 
     /// Give the kernel hold back, and ring the clients waiting for the name (the next
     /// of them gets the turn).
+    ///
+    /// The turn is given while the hold is still this client's, so the heir cannot take
+    /// the name, and end its turn, before the turn is written; the waiting clients are
+    /// read again after the release, which is the read that pairs with a waiter's bit
+    /// (no lost ring), and an heir that stopped waiting in between has its turn ended.
     fn free(&self, g: &mut Gate, s: usize) {
         g.held = None;
-        if let Err(e) = self.table.free(s) {
-            self.fail(e);
-        }
-        let mut others = self.table.waiting(s, self.me);
-        if others.is_empty() {
-            return;
-        }
+        let t = &self.table;
+        let mut heirs = t.waiting(s, self.me);
         // A client that died waiting left its bit: clear it, and give it no turn.
-        others.retain(|&c| {
-            let alive = self.table.alive(c);
+        heirs.retain(|&c| {
+            let alive = t.alive(c);
             if !alive {
-                self.table.mark_waiting(s, c, false);
+                t.mark_waiting(s, c, false);
             }
             alive
         });
-        self.table.pass_turn(s, self.me, &others);
+        let heir = t.pass_turn(s, self.me, &heirs);
+        if let Err(e) = t.free(s) {
+            self.fail(e);
+        }
+        let others = t.waiting(s, self.me);
+        if let Some(h) = heir.filter(|h| !others.contains(h)) {
+            t.end_turn(s, h);
+        }
         for c in others {
-            self.table.ring(c, NEWS_RELEASE);
+            t.ring(c, NEWS_RELEASE);
         }
     }
 
@@ -404,6 +411,9 @@ impl Keeper {
         if g.marked {
             t.mark_waiting(s, self.me, false);
             g.marked = false;
+            // Waiting no more (its tickets were granted, by a take or a local hand-off,
+            // or withdrawn): a turn given to this client is over.
+            t.end_turn(s, self.me);
         }
         if g.writer {
             g.writer = false;
@@ -497,10 +507,9 @@ impl Keeper {
             }
             g.tickets.retain(|t| !Arc::ptr_eq(t, ticket));
             if g.tickets.is_empty() {
+                // Its turn, if it had one, ends here: the others may go.
                 k.unmark(g);
                 if let Some(s) = g.slot {
-                    // A turn given to this client that it will not take: the others go.
-                    k.table.end_turn(s, k.me);
                     for c in k.table.waiting(s, k.me) {
                         k.table.ring(c, NEWS_RELEASE);
                     }

@@ -116,7 +116,10 @@ struct SlotWords {
     waiting: [AtomicU64; CLIENTS / 64],
     /// The client whose turn it is to take the lock (index + 1; 0: anybody's), and when
     /// the turn was given (milliseconds, `CLOCK_MONOTONIC`): a release with other clients
-    /// waiting gives the next one its turn, so that no process is locked out.
+    /// waiting gives the next one its turn, so that no process is locked out. A turn is
+    /// only ever given to a client whose `waiting` bit is set, and ends when the heir
+    /// takes the lock or its bit is cleared (or after `TURN_GRACE_MS`, if it died): a
+    /// turn left to a client that no longer waits would keep every other one out.
     turn: AtomicU32,
     _pad: AtomicU32,
     turn_at: AtomicU64,
@@ -595,19 +598,21 @@ impl Table {
         out
     }
 
-    /// Give the turn of slot `s` to the first of `waiting` after `me` (round robin).
-    pub fn pass_turn(&self, s: usize, me: usize, waiting: &[usize]) {
-        let Some(&next) = waiting
+    /// Give the turn of slot `s` to the first of `waiting` after `me` (round robin), and
+    /// say to whom.
+    pub fn pass_turn(&self, s: usize, me: usize, waiting: &[usize]) -> Option<usize> {
+        let &next = waiting
             .iter()
             .find(|&&c| c > me)
-            .or_else(|| waiting.first())
-        else {
-            return;
-        };
+            .or_else(|| waiting.first())?;
         let w = self.slot(s);
-        // ORDERING: the time before the turn (Release), read after it (Acquire).
+        // ORDERING: the time before the turn (Release, within SeqCst), read after it
+        // (Acquire). SeqCst: the giver then reads the heir's `waiting` bit, the heir
+        // clears the bit and then reads the turn (`end_turn`), so one of them sees the
+        // other and the turn of an heir that stopped waiting ends.
         w.turn_at.store(now_ms(), Ordering::Relaxed);
-        w.turn.store(next as u32 + 1, Ordering::Release);
+        w.turn.store(next as u32 + 1, Ordering::SeqCst);
+        Some(next)
     }
 
     /// Whether `me` must leave slot `s` to the client whose turn it is: the heir, until
@@ -626,15 +631,16 @@ impl Table {
         (age < TURN_GRACE_MS).then(|| TURN_GRACE_MS - age)
     }
 
-    /// The heir took the lock (or gave up its wait): the turn is nobody's.
-    pub fn end_turn(&self, s: usize, me: usize) {
+    /// Client `heir` took the lock, or no longer waits: if the turn is its, it is over.
+    pub fn end_turn(&self, s: usize, heir: usize) {
         let turn = &self.slot(s).turn;
-        // ORDERING: only the heir clears its own turn; the load saves the write of a
-        // shared line when the turn is nobody's (most takes).
-        if turn.load(Ordering::Relaxed) != me as u32 + 1 {
+        // ORDERING: SeqCst, see `pass_turn`; the load saves the write of a shared line
+        // when the turn is not the heir's (most takes), and the exchange clears only the
+        // heir's turn.
+        if turn.load(Ordering::SeqCst) != heir as u32 + 1 {
             return;
         }
-        let _ = turn.compare_exchange(me as u32 + 1, 0, Ordering::AcqRel, Ordering::Relaxed);
+        let _ = turn.compare_exchange(heir as u32 + 1, 0, Ordering::SeqCst, Ordering::Relaxed);
     }
 
     // ---- doorbells ----------------------------------------------------------------
@@ -836,6 +842,45 @@ mod tests {
         a.unpin(s).unwrap();
         b.unpin(s).unwrap();
         assert_eq!(a.pin("z", h("x")).unwrap(), Some(s));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_turn_keeps_others_back_until_its_heir_takes_the_lock_or_stops_waiting() {
+        let d = dir();
+        let (a, b, c) = (
+            Table::open(&d).unwrap(),
+            Table::open(&d).unwrap(),
+            Table::open(&d).unwrap(),
+        );
+        let (ma, mb, mc) = (a.join().unwrap(), b.join().unwrap(), c.join().unwrap());
+        let s = a.pin("x", stable_hash("x")).unwrap().unwrap();
+        for t in [&b, &c] {
+            assert_eq!(t.pin("x", stable_hash("x")).unwrap(), Some(s));
+        }
+        assert!(a.take(s, Range::Write).unwrap());
+        b.mark_waiting(s, mb, true);
+        assert_eq!(a.waiting(s, ma), vec![mb]);
+        // The holder passes the turn to the one waiting client, then releases.
+        assert_eq!(a.pass_turn(s, ma, &[mb]), Some(mb));
+        assert_eq!(a.pass_turn(s, ma, &[]), None, "nobody waits: no heir");
+        a.free(s).unwrap();
+        assert!(c.not_my_turn(s, mc).is_some_and(|ms| ms <= TURN_GRACE_MS));
+        assert!(b.not_my_turn(s, mb).is_none(), "the heir's own turn");
+        // Ending somebody else's turn does nothing.
+        c.end_turn(s, mc);
+        assert!(c.not_my_turn(s, mc).is_some());
+        // The heir takes the lock: the turn is over (before its grace would end it).
+        assert!(b.take(s, Range::Write).unwrap());
+        b.end_turn(s, mb);
+        assert!(c.not_my_turn(s, mc).is_none());
+        // Passed again, to an heir that stops waiting instead: over as well.
+        assert_eq!(b.pass_turn(s, mb, &[ma, mc]), Some(mc));
+        assert!(a.not_my_turn(s, ma).is_some());
+        c.mark_waiting(s, mc, false);
+        c.end_turn(s, mc);
+        assert!(a.not_my_turn(s, ma).is_none());
+        b.free(s).unwrap();
         std::fs::remove_dir_all(&d).unwrap();
     }
 
