@@ -297,10 +297,13 @@ impl Keeper {
     /// Give the kernel hold back, and ring the clients waiting for the name (the next
     /// of them gets the turn).
     ///
-    /// The turn is given while the hold is still this client's, so the heir cannot take
-    /// the name, and end its turn, before the turn is written; the waiting clients are
-    /// read again after the release, which is the read that pairs with a waiter's bit
-    /// (no lost ring), and an heir that stopped waiting in between has its turn ended.
+    /// The turn is given while the hold is still this client's, so an heir that waits
+    /// for this hold to go cannot take the name, and end its turn, before the turn is
+    /// written. An heir that stops waiting anyway (a shared heir can take the name beside
+    /// a shared hold; a waiter may give up) ends the turn itself (`unmark`) if it sees
+    /// it, else this release does: the waiting clients are read again after the release
+    /// (the read that pairs with a waiter's bit, so no ring is lost), and an heir no
+    /// longer among them has its turn ended.
     fn free(&self, g: &mut Gate, s: usize) {
         g.held = None;
         let t = &self.table;
