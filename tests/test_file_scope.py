@@ -1297,6 +1297,48 @@ def test_a_name_its_queue_of_clients_let_go_is_free_for_the_next_at_once(url: st
         assert failures == [], f"{len(failures)} of 300 tries failed (round, view): {failures[:6]}"
 
 
+def test_a_waiting_writer_gets_the_name_as_the_readers_leave_though_a_reader_has_the_turn(
+    url: str,
+) -> None:
+    # Phase-fair across clients: a reader of one client holds the name, a writer of a
+    # second waits for it, and a reader of a third waits behind the writer. The release
+    # gives the turn to the next waiting client after it, the reader's (a release cannot
+    # tell the modes apart), which cannot use it while the writer waits: it must pass it
+    # on at once, not keep the writer out until the turn's grace (5 ms) runs out.
+    # (Managers made in this order are the table's clients 0, 1 and 2.)
+    with (
+        LockManager(url) as holder,
+        LockManager(url) as reader,
+        LockManager(url) as writer,
+        ThreadPoolExecutor(2) as pool,
+    ):
+
+        def write(name: str) -> float:
+            unlock = writer.sharable_lock(name).exclusive.acquire(deadline=PATIENCE)
+            took = time.monotonic()
+            unlock()
+            return took
+
+        waits = []
+        for i in range(21):
+            name = f"p{i}"
+            held = holder.sharable_lock(name).shared.acquire()
+            wrote = pool.submit(write, name)
+            assert contract.waiting(holder.lock(name), 1)
+            read = pool.submit(contract.take_and_release, reader.sharable_lock(name).shared)
+            assert contract.waiting(holder.lock(name), 2)
+            released = time.monotonic()
+            held()
+            waits.append(wrote.result(PATIENCE) - released)
+            read.result(PATIENCE)
+        waits.sort()
+        assert waits[10] < 0.0025, (
+            f"the writer got the name {waits[10] * 1e3:.2f} ms (median of 21) after the "
+            f"readers left; longest {waits[-1] * 1e3:.2f} ms"
+        )
+    fresh_free(url, "p0")
+
+
 def test_a_killed_waiting_writer_does_not_hold_readers_back(
     url: str, repls: Callable[[], Repl]
 ) -> None:

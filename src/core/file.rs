@@ -274,7 +274,19 @@ impl Keeper {
             }
             None => {}
         }
-        if t.not_my_turn(s, self.me).is_some() || (mode == Mode::Shared && t.writer_waits(s)) {
+        if t.not_my_turn(s, self.me).is_some() {
+            return false;
+        }
+        if mode == Mode::Shared && t.writer_waits(s) {
+            // Another client's writer waits: this request stays back (phase fairness).
+            // A release cannot tell the modes of the waiting clients apart, so the turn
+            // may be this client's; it would keep the writer out until its grace ran out,
+            // so it goes now, and the others are rung to take it up.
+            if t.end_turn(s, self.me) {
+                for c in t.waiting(s, self.me) {
+                    t.ring(c, NEWS_RELEASE);
+                }
+            }
             return false;
         }
         match t.take(s, range(mode)) {

@@ -632,16 +632,17 @@ impl Table {
         (age < TURN_GRACE_MS).then(|| TURN_GRACE_MS - age)
     }
 
-    /// Client `heir` took the lock, or no longer waits: if the turn is its, it is over.
-    pub fn end_turn(&self, s: usize, heir: usize) {
+    /// Client `heir` took the lock, or no longer waits, or cannot use its turn: if the
+    /// turn is its, it is over. Whether it was.
+    pub fn end_turn(&self, s: usize, heir: usize) -> bool {
         let turn = &self.slot(s).turn;
         // ORDERING: SeqCst, see `pass_turn`; the load saves the write of a shared line
         // when the turn is not the heir's (most takes), and the exchange clears only the
         // heir's turn.
-        if turn.load(Ordering::SeqCst) != heir as u32 + 1 {
-            return;
-        }
-        let _ = turn.compare_exchange(heir as u32 + 1, 0, Ordering::SeqCst, Ordering::Relaxed);
+        turn.load(Ordering::SeqCst) == heir as u32 + 1
+            && turn
+                .compare_exchange(heir as u32 + 1, 0, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
     }
 
     // ---- doorbells ----------------------------------------------------------------
@@ -876,12 +877,13 @@ mod tests {
         assert_eq!(heir(), Some(mb));
         assert!(b.not_my_turn(s, mb).is_none(), "the heir's own turn");
         // Ending somebody else's turn does nothing.
-        c.end_turn(s, mc);
+        assert!(!c.end_turn(s, mc));
         assert_eq!(heir(), Some(mb));
         // The heir takes the lock: the turn is over.
         assert!(b.take(s, Range::Write).unwrap());
-        b.end_turn(s, mb);
+        assert!(b.end_turn(s, mb));
         assert_eq!(heir(), None);
+        assert!(!b.end_turn(s, mb), "over once");
         assert!(c.not_my_turn(s, mc).is_none());
         // Round robin: the first waiting client after the giver, else the first.
         assert_eq!(b.pass_turn(s, mb, &[ma, mc]), Some(mc));
@@ -889,7 +891,7 @@ mod tests {
         // Passed to an heir that stops waiting instead: over as well.
         assert_eq!(b.pass_turn(s, mb, &[ma, mc]), Some(mc));
         c.mark_waiting(s, mc, false);
-        c.end_turn(s, mc);
+        assert!(c.end_turn(s, mc));
         assert_eq!(heir(), None);
         b.free(s).unwrap();
         std::fs::remove_dir_all(&d).unwrap();
