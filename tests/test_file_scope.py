@@ -68,6 +68,16 @@ CLOCK_TICK = contract.CLOCK_TICK
 HOST = socket.gethostname()
 
 
+def owned_by(owner: str, pid: int) -> bool:
+    """Whether a ``LockInfo.owner`` (``"host:pid thread ..."``) names process ``pid`` here.
+
+    Not a substring test: pids wrap around, and a short pid is often part of another
+    process's pid or of a thread id in the same string.
+    """
+    prefix = f"{HOST}:{pid}"
+    return owner == prefix or owner.startswith(prefix + " ")
+
+
 # --- fixtures -----------------------------------------------------------------------------------
 
 
@@ -995,7 +1005,7 @@ def test_killing_a_holder_frees_the_name_for_a_waiter_within_a_second(
         assert unlock.fence > child_fence
         infos = mgr.query("k")
         assert [(i.state, i.mode) for i in infos] == [("held", "exclusive")], infos
-        assert all(str(child.pid) not in i.owner for i in infos), infos
+        assert all(owned_by(i.owner, os.getpid()) for i in infos), infos
         unlock()
     child.kill()
     fresh_free(url, "k")
@@ -1600,10 +1610,10 @@ def test_query_lists_the_holds_and_waits_of_another_process(
                     ("q:b", "shared", "waiting"),
                 ], infos
                 a_held, b_held, b_waiting = infos
-                assert f"{HOST}:{child.pid}" in a_held.owner, a_held
-                assert f"{HOST}:{os.getpid()}" in b_held.owner, b_held
+                assert owned_by(a_held.owner, child.pid), a_held
+                assert owned_by(b_held.owner, os.getpid()), b_held
                 assert threading.current_thread().name in b_held.owner, b_held
-                assert f"{HOST}:{child.pid}" in b_waiting.owner, b_waiting
+                assert owned_by(b_waiting.owner, child.pid), b_waiting
                 assert before - CLOCK_TICK <= a_held.since <= held_after + 0.001, (
                     a_held,
                     before,
@@ -1645,7 +1655,7 @@ def test_query_from_another_process_tells_the_thread_apart(
         waiter_ident = child.expect("held", "w")[3]
         owners = {(i.name, i.state): i.owner for i in mgr.query("t:")}
         for owner in owners.values():
-            assert owner.startswith(f"{HOST}:{child.pid}"), owners
+            assert owned_by(owner, child.pid), owners
         assert waiter_ident in owners[("t:a", "held")], (waiter_ident, owners)
         assert waiter_ident in waiting_owner, (waiter_ident, waiting_owner)
         assert owners[("t:a", "held")] != owners[("t:m", "held")], owners
@@ -1713,7 +1723,7 @@ def test_a_cancel_ends_a_wait_on_another_process_at_once(
         assert took < 0.5, f"the cancelled acquire returned {took:.3f} s after the cancel"
         # The raised acquire holds nothing and waits no more.
         assert mgr.lock("c").statistics().waiting == 0
-        assert [(i.state, str(child.pid) in i.owner) for i in mgr.query("c")] == [("held", True)]
+        assert [(i.state, owned_by(i.owner, child.pid)) for i in mgr.query("c")] == [("held", True)]
         child.release("h")
         fresh_free(url, "c")
 

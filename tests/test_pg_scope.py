@@ -937,8 +937,8 @@ def test_query_lists_the_holds_and_waits_of_another_process_as_that_process(
                 ("q:b", "shared", "waiting"),
             ], infos
             a_held, b_held, b_waiting = infos
-            assert a_held.owner.startswith(f"{file_scope.HOST}:{child.pid}"), a_held
-            assert b_waiting.owner.startswith(f"{file_scope.HOST}:{child.pid}"), b_waiting
+            assert file_scope.owned_by(a_held.owner, child.pid), a_held
+            assert file_scope.owned_by(b_waiting.owner, child.pid), b_waiting
             assert threading.current_thread().name in b_held.owner, b_held
             # The server's times (another clock reading than this process's): loosely.
             assert before - 0.05 <= a_held.since <= held_after + 0.05, (a_held, before)
