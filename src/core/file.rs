@@ -283,9 +283,7 @@ impl Keeper {
             // may be this client's; it would keep the writer out until its grace ran out,
             // so it goes now, and the others are rung to take it up.
             if t.end_turn(s, self.me) {
-                for c in t.waiting(s, self.me) {
-                    t.ring(c, NEWS_RELEASE);
-                }
+                t.ring_waiting(s, self.me);
             }
             return false;
         }
@@ -436,9 +434,7 @@ impl Keeper {
                 self.fail(e);
             }
             // Shared requests it held back may go now.
-            for c in t.waiting(s, self.me) {
-                t.ring(c, NEWS_RELEASE);
-            }
+            t.ring_waiting(s, self.me);
         }
     }
 
@@ -525,9 +521,7 @@ impl Keeper {
                 // Its turn, if it had one, ends here: the others may go.
                 k.unmark(g);
                 if let Some(s) = g.slot {
-                    for c in k.table.waiting(s, k.me) {
-                        k.table.ring(c, NEWS_RELEASE);
-                    }
+                    k.table.ring_waiting(s, k.me);
                 }
             }
             true

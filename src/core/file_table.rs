@@ -654,6 +654,13 @@ impl Table {
         bell.fetch_add(1, Ordering::SeqCst);
         futex_wake(bell, news);
     }
+
+    /// Tell every other client waiting for slot `s` that it may be free now.
+    pub fn ring_waiting(&self, s: usize, me: usize) {
+        for c in self.waiting(s, me) {
+            self.ring(c, NEWS_RELEASE);
+        }
+    }
 }
 
 /// A stable hash of a name, the same in every process and version of this layout

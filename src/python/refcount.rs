@@ -10,9 +10,9 @@
 //! every C extension built for the free-threaded interpreter compiles in: an immortal
 //! object is left alone; the thread that owns the object (`ob_tid`) changes its local
 //! count with a plain store; any other thread adds to the shared count atomically, or
-//! lets the interpreter's `_Py_DecRefShared` take a reference away. Where the thread's
-//! id is not read here as CPython reads it (Windows, where it is not the thread pointer,
-//! and architectures other than x86-64 and aarch64), PyO3's functions are used.
+//! lets the interpreter's `_Py_DecRefShared` take a reference away. Only on Linux on
+//! x86-64 and aarch64, where the thread's id is read here as CPython reads it and where
+//! this is built and tested; elsewhere PyO3's functions are used.
 
 #[cfg(all(Py_GIL_DISABLED, not(Py_LIMITED_API)))]
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,10 +21,10 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 
 /// Whether the counts are changed inline here (else PyO3's functions do it): the
-/// free-threaded build, where the thread's id can be read as the header reads it.
+/// free-threaded build, where `thread_id` reads the thread's id as the header does.
 #[cfg(all(Py_GIL_DISABLED, not(Py_LIMITED_API)))]
 const INLINE: bool = cfg!(all(
-    not(windows),
+    target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 ));
 
@@ -137,15 +137,16 @@ unsafe fn owned_here(op: *mut ffi::PyObject) -> bool {
     tid == thread_id()
 }
 
-/// The calling thread's id as CPython's `_Py_ThreadId` reads it: the thread pointer.
+/// The calling thread's id as CPython's `_Py_ThreadId` reads it on Linux: the thread
+/// pointer.
 #[cfg(all(Py_GIL_DISABLED, not(Py_LIMITED_API)))]
 #[inline(always)]
 fn thread_id() -> usize {
     let tid: usize;
-    // SAFETY: reads the thread pointer's first word (x86-64 Linux and the BSDs: `fs:0`,
-    // which holds the pointer itself) or the thread pointer register (aarch64), as the
-    // header does; no other state is touched.
-    #[cfg(all(target_arch = "x86_64", not(target_os = "macos"), not(windows)))]
+    // SAFETY: reads the thread pointer, as the header does: the first word of the
+    // thread control block on x86-64 (`fs:0` holds the pointer itself), the thread
+    // pointer register on aarch64; no other state is touched.
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     unsafe {
         std::arch::asm!(
             "mov {}, fs:0",
@@ -153,25 +154,7 @@ fn thread_id() -> usize {
             options(nostack, readonly, preserves_flags, pure),
         );
     }
-    #[cfg(all(target_arch = "x86_64", target_os = "macos"))]
-    // SAFETY: as above (macOS keeps it in `gs`).
-    unsafe {
-        std::arch::asm!(
-            "mov {}, gs:0",
-            out(reg) tid,
-            options(nostack, readonly, preserves_flags, pure),
-        );
-    }
-    #[cfg(all(target_arch = "aarch64", target_os = "macos"))]
-    // SAFETY: as above (macOS's user-read-only thread register).
-    unsafe {
-        std::arch::asm!(
-            "mrs {}, tpidrro_el0",
-            out(reg) tid,
-            options(nostack, nomem, preserves_flags, pure),
-        );
-    }
-    #[cfg(all(target_arch = "aarch64", not(target_os = "macos"), not(windows)))]
+    #[cfg(all(target_os = "linux", target_arch = "aarch64"))]
     // SAFETY: as above.
     unsafe {
         std::arch::asm!(
@@ -180,7 +163,10 @@ fn thread_id() -> usize {
             options(nostack, nomem, preserves_flags, pure),
         );
     }
-    #[cfg(any(windows, not(any(target_arch = "x86_64", target_arch = "aarch64"))))]
+    #[cfg(not(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    )))]
     {
         tid = 0; // never compared: `INLINE` is false here
     }
