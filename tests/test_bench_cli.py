@@ -102,6 +102,11 @@ def test_quick_bench_json(tmp_path: Path) -> None:
         assert isinstance(row["ok"], bool)
         if row["anchor_ns"] is not None:
             assert row["ours_ns"] > 0 and row["anchor_ns"] > 0, row
+    named = next(row for row in report["rows"] if row["key"] == "named_acquire_unlock")
+    floor = named["extra"]
+    assert floor["floor_ns"] > 0, named
+    assert floor["floor_ratio"] == pytest.approx(floor["floor_ns"] / named["anchor_ns"])
+    assert "without the name's table" in named["note"], named
 
 
 def file_scope_available(directory: Path) -> bool:

@@ -2,9 +2,13 @@
 
 The workloads take a lock by name from a set of ``NAMES`` names, cycled, and release it at
 once: ctxlock's ``LockManager`` (the lookup included), a dict of ``threading.Lock`` by the
-same names (the floor: a lookup that never creates nor frees), and what users build by hand
-to get locks by name that do not pile up, a ``weakref.WeakValueDictionary`` of
+same names (the anchor: a lookup that never creates nor frees), and what users build by
+hand to get locks by name that do not pile up, a ``weakref.WeakValueDictionary`` of
 ``threading.Lock`` guarded by a ``threading.Lock``.
+
+``named_acquire_unlock`` also times ``NamedFloor``, the row's loop with the scope's table
+left out, and says in its note what that costs against the anchor: the part of the row
+that no table, however cheap, can take away.
 
 ``named_1m`` takes a million distinct names once each, in a fresh interpreter, and reports
 how much the RSS grew after the first tenth (the warm-up): names nobody holds or waits on
@@ -30,6 +34,7 @@ from ctxlock._bench.config import Config
 from ctxlock._bench.memory import rss_bytes
 from ctxlock._bench.result import RowResult, format_value
 from ctxlock._bench.row import Row
+from ctxlock._bench.sampling import calibrate, median, timed
 from ctxlock._bench.workload import RUN_TIMEOUT_S, BenchError, Sample, Workload, expect
 
 __all__ = [
@@ -37,8 +42,10 @@ __all__ = [
     "PREFIX",
     "DictAcquireRelease",
     "NamedAcquireUnlock",
+    "NamedFloor",
     "WeakDictAcquireRelease",
     "named_memory_row",
+    "named_row",
 ]
 
 #: How many distinct names the ``named_acquire_unlock`` workloads cycle through.
@@ -70,6 +77,35 @@ class NamedAcquireUnlock(Workload):
             u()
         elapsed = perf_counter_ns() - start
         expect(not self._manager.query(PREFIX), "a named lock was left held")
+        return Sample(n, elapsed)
+
+    def close(self) -> None:
+        self._manager.close()
+
+
+class NamedFloor(Workload):
+    """``named_acquire_unlock`` without the scope's table: ``lock(name)`` makes the handle
+    (its checks, its hash, the object) and drops it, then ``u = one.acquire(); u()`` on
+    one plain ``Lock`` makes and ends an ``Unlock``.
+
+    The same calls and the same two objects per operation as the row, and no lookup, pin
+    or hold record: what the row would cost if the table cost nothing.
+    """
+
+    def __init__(self) -> None:
+        self._manager = ctxlock.LockManager()
+        self._one = ctxlock.Lock()
+        self._names = _names()
+
+    def run(self, n: int) -> Sample:
+        lock, one = self._manager.lock, self._one
+        start = perf_counter_ns()
+        for name in islice(cycle(self._names), n):
+            lock(name)
+            u = one.acquire()
+            u()
+        elapsed = perf_counter_ns() - start
+        expect(not one.locked(), "the floor's lock was left held")
         return Sample(n, elapsed)
 
     def close(self) -> None:
@@ -119,6 +155,33 @@ class WeakDictAcquireRelease(Workload):
             lk.acquire()
             lk.release()
         return Sample(n, perf_counter_ns() - start)
+
+
+def named_row(row: Row, cfg: Config) -> RowResult:
+    """``named_acquire_unlock``: ctxlock against the dict of ``threading.Lock``, as every
+    micro row (the median of interleaved repeats), with ``NamedFloor`` timed in the same
+    rounds; its cost over the anchor's is the note's floor."""
+    with (
+        NamedAcquireUnlock() as ours,
+        DictAcquireRelease() as theirs,
+        NamedFloor() as floor,
+    ):
+        workloads = (ours, theirs, floor)
+        n = cfg.micro_ops or calibrate(workloads, cfg.sample_ns)
+        samples: list[list[float]] = [[], [], []]
+        for i in range(cfg.repeat):
+            # Each workload goes first in turn, as `interleave` alternates the pair.
+            for k in range(3):
+                j = (i + k) % 3
+                samples[j].append(timed(workloads[j], n).per_op_ns)
+    ours_ns, their_ns, floor_ns = (median(s) for s in samples)
+    note = (
+        f"floor: the same handle and Unlock without the name's table (NamedFloor) "
+        f"{format_value(floor_ns, 'ns/op')}, {floor_ns / their_ns:.3g} x the anchor; "
+        f"the table {format_value(max(ours_ns - floor_ns, 0.0), 'ns/op')}"
+    )
+    extra = {"floor_ns": floor_ns, "floor_ratio": floor_ns / their_ns}
+    return row.result(ours_ns, their_ns, ours_ns / their_ns, note=note, extra=extra)
 
 
 # --- named_1m ------------------------------------------------------------------------------
