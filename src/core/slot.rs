@@ -33,7 +33,12 @@
 //!   nanoseconds, and a clock read is ~25 ns of each): the woken thread has the timer
 //!   thread mark it at `FAIR_AFTER` (`FairMark`) and sets `AWAY` in the state word, so
 //!   that an exclusive release frees the slot with one CAS; the mark clears `AWAY`, and
-//!   the next release goes through the queue and hands the slot over.
+//!   the next release goes through the queue and hands the slot over. The mark is as
+//!   punctual as the timer thread: when the scheduler wakes it on the CPU of a thread
+//!   that is running Python, it can wait for that thread's time slice to end (up to a
+//!   scheduler tick, a few ms), and the waiter waits that much longer than
+//!   `FAIR_AFTER`. BENCHMARKS.md ("Where the cost goes", `contended_4`) has what a
+//!   check that does not wait for the timer cost.
 
 use std::sync::OnceLock;
 use std::time::Duration;
