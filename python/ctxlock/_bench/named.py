@@ -34,7 +34,7 @@ from ctxlock._bench.config import Config
 from ctxlock._bench.memory import rss_bytes
 from ctxlock._bench.result import RowResult, format_value
 from ctxlock._bench.row import Row
-from ctxlock._bench.sampling import calibrate, median, timed
+from ctxlock._bench.sampling import calibrate, median, rotate
 from ctxlock._bench.workload import RUN_TIMEOUT_S, BenchError, Sample, Workload, expect
 
 __all__ = [
@@ -168,13 +168,8 @@ def named_row(row: Row, cfg: Config) -> RowResult:
     ):
         workloads = (ours, theirs, floor)
         n = cfg.micro_ops or calibrate(workloads, cfg.sample_ns)
-        samples: list[list[float]] = [[], [], []]
-        for i in range(cfg.repeat):
-            # Each workload goes first in turn, as `interleave` alternates the pair.
-            for k in range(3):
-                j = (i + k) % 3
-                samples[j].append(timed(workloads[j], n).per_op_ns)
-    ours_ns, their_ns, floor_ns = (median(s) for s in samples)
+        samples = rotate(workloads, n, cfg.repeat)
+    ours_ns, their_ns, floor_ns = (median([s.per_op_ns for s in got]) for got in samples)
     note = (
         f"floor: the same handle and Unlock without the name's table (NamedFloor) "
         f"{format_value(floor_ns, 'ns/op')}, {floor_ns / their_ns:.3g} x the anchor; "

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from ctxlock._bench.workload import Sample, Workload
 
-__all__ = ["calibrate", "interleave", "median", "timed"]
+__all__ = ["calibrate", "interleave", "median", "rotate", "timed"]
 
 #: The most operations a calibrated micro-benchmark sample may have.
 _MAX_MICRO_OPS = 5_000_000
@@ -37,19 +37,21 @@ def calibrate(workloads: Sequence[Workload], sample_ns: int) -> int:
     return max(probe, min(_MAX_MICRO_OPS, int(sample_ns / max(per_op, 1.0))))
 
 
+def rotate(workloads: Sequence[Workload], n: int, repeat_count: int) -> list[list[Sample]]:
+    """``repeat_count`` samples of each workload, in rounds; each goes first in turn."""
+    got: list[list[Sample]] = [[] for _ in workloads]
+    for i in range(repeat_count):
+        for k in range(len(workloads)):
+            j = (i + k) % len(workloads)
+            got[j].append(timed(workloads[j], n))
+    return got
+
+
 def interleave(
     ours: Workload, theirs: Workload, n: int, repeat_count: int
 ) -> tuple[list[Sample], list[Sample]]:
     """``repeat_count`` samples of each, alternating which one goes first."""
-    got_ours: list[Sample] = []
-    got_theirs: list[Sample] = []
-    for i in range(repeat_count):
-        if i % 2 == 0:
-            got_ours.append(timed(ours, n))
-            got_theirs.append(timed(theirs, n))
-        else:
-            got_theirs.append(timed(theirs, n))
-            got_ours.append(timed(ours, n))
+    got_ours, got_theirs = rotate((ours, theirs), n, repeat_count)
     return got_ours, got_theirs
 
 
