@@ -84,7 +84,7 @@ HOST      = $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
 MIRI_SEEDS ?= 0..4
 # Never under Miri. Thousands of contended rounds: minutes each, and past the tests' 60 s
 # watchdog, which counts Miri's virtual clock. go_port's test_lock cancels a token with a
-# 100 µs deadline after creating it; Miri's clock lets the deadline win first. The four
+# 100 µs deadline after creating it; Miri's clock lets the deadline win first. The five
 # "woken to compete" tests need an unlock within FAIR_AFTER (1 ms) of a waiter queueing,
 # which Miri's clock never allows (loom's models cover that path instead).
 MIRI_SKIP := test_mutual_exclusion_under_threads test_grant_cancel_race_never_double_holds \
@@ -94,7 +94,8 @@ MIRI_SKIP := test_mutual_exclusion_under_threads test_grant_cancel_race_never_do
 	test_a_waiter_woken_to_compete_later_keeps_its_place_and_age \
 	test_a_waiter_woken_to_compete_at_once_keeps_its_age \
 	test_a_competing_waiter_is_handed_the_slot_once_it_waited_long_enough \
-	test_a_competing_waiter_past_fair_after_is_handed_the_slot_after_another_waiter_left
+	test_a_competing_waiter_past_fair_after_is_handed_the_slot_after_another_waiter_left \
+	test_a_scoped_hold_ended_while_a_competitor_is_away_frees_the_slot
 # Run with seed 0 only: 300 grant/timeout races take about 30 s under Miri.
 MIRI_ONE_SEED := test_timeout_grant_race_never_leaks_the_slot
 # Tests that start the timer thread (a token with a deadline, go_port's all do, or a waiter

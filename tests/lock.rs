@@ -380,6 +380,23 @@ fn test_a_competing_waiter_is_handed_the_slot_once_it_waited_long_enough() {
 }
 
 #[test]
+fn test_a_scoped_hold_ended_while_a_competitor_is_away_frees_the_slot() {
+    let _watchdog = watchdog("test_a_scoped_hold_ended_while_a_competitor_is_away_frees_the_slot");
+    // `with` while a woken competitor is away: the scoped hold is barged in, and its end
+    // frees the slot in the claim's own CAS, as an owned release does (invariant 5), so
+    // the competitor finds the lock free, or handed over, when it competes.
+    with_a_competitor_away(|lock| {
+        for _ in 0..100 {
+            if !lock.try_lock_scoped() {
+                break; // handed over: the competitor waited FAIR_AFTER (a slow machine)
+            }
+            assert!(lock.unlock_scoped());
+            assert!(!lock.unlock_scoped(), "one scoped hold ended twice");
+        }
+    });
+}
+
+#[test]
 fn test_a_competing_waiter_past_fair_after_is_handed_the_slot_after_another_waiter_left() {
     let _watchdog = watchdog(
         "test_a_competing_waiter_past_fair_after_is_handed_the_slot_after_another_waiter_left",

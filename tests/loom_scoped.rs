@@ -70,3 +70,49 @@ fn loom_scoped_releases_never_take_an_owned_reader() {
         assert!(rw.exclusive().unlock());
     });
 }
+
+/// A scoped hold taken in one CAS (`try_lock_scoped`) and ended by its own thread races
+/// an owner that waits for the lock and a stray scoped release: the scoped hold ends
+/// exactly once, the owner's hold is never taken for it, and the lock ends free.
+fn one_step_scoped_hold(lock: Lock) {
+    let owner = {
+        let lock = lock.clone();
+        thread::spawn(move || {
+            lock.lock(forever()).unwrap();
+            assert!(lock.unlock(), "a scoped release took the owner's hold");
+        })
+    };
+    let scoped = {
+        let lock = lock.clone();
+        thread::spawn(move || {
+            let took = lock.try_lock_scoped();
+            (took, took && lock.unlock_scoped())
+        })
+    };
+    let stray = lock.unlock_scoped();
+    let (took, ended_by_itself) = scoped.join().unwrap();
+    assert_eq!(
+        took,
+        stray || ended_by_itself,
+        "a scoped release without a scoped hold"
+    );
+    assert!(
+        !(stray && ended_by_itself),
+        "one scoped hold released twice"
+    );
+    owner.join().unwrap();
+    assert!(!lock.unlock_scoped());
+    assert!(!lock.is_locked());
+}
+
+#[test]
+fn loom_a_one_step_scoped_hold_races_an_owner_and_a_stray_release() {
+    model_exhaustive("one_step_scoped_hold", || one_step_scoped_hold(Lock::new()));
+}
+
+#[test]
+fn loom_a_one_step_scoped_hold_of_a_fair_lock_races_an_owner_and_a_stray_release() {
+    model_exhaustive("one_step_scoped_hold_fair", || {
+        one_step_scoped_hold(Lock::fair())
+    });
+}

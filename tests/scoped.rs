@@ -92,3 +92,112 @@ fn test_stray_scoped_releases_never_break_exclusion() {
     assert_eq!(stray.join().unwrap(), 0);
     assert!(!lock.is_locked());
 }
+
+#[test]
+fn test_a_scoped_hold_taken_in_one_step_is_released_only_by_unlock_scoped() {
+    for view in exclusive_views() {
+        assert!(view.try_lock_scoped());
+        assert!(
+            !view.try_lock_scoped(),
+            "a second scoped hold of an exclusive lock"
+        );
+        assert!(!view.try_lock());
+        assert!(view.unlock_scoped());
+        assert!(!view.unlock_scoped());
+        assert!(!view.is_locked());
+        // An owned hold is never taken for a scoped one.
+        assert!(view.try_lock());
+        assert!(!view.unlock_scoped());
+        assert!(view.unlock());
+    }
+    let rw = SharableLock::new();
+    assert!(rw.shared().try_lock()); // owned
+    assert!(rw.shared().try_lock_scoped());
+    assert!(!rw.exclusive().try_lock_scoped());
+    assert!(rw.shared().unlock_scoped());
+    assert!(
+        !rw.shared().unlock_scoped(),
+        "the owned reader was released"
+    );
+    assert_eq!(rw.shared().readers(), 1);
+    assert!(rw.shared().unlock());
+}
+
+#[test]
+fn test_a_scoped_release_hands_the_lock_to_a_waiting_owner_and_never_takes_its_hold() {
+    for view in exclusive_views() {
+        assert!(view.try_lock_scoped());
+        let owner = {
+            let view = view.clone();
+            thread::spawn(move || {
+                view.lock(forever()).unwrap();
+                view
+            })
+        };
+        // The owner queues behind the scoped hold: its release goes past the one-CAS path.
+        while view.queued() == 0 {
+            thread::yield_now();
+        }
+        assert!(view.unlock_scoped());
+        let view = owner.join().unwrap();
+        assert!(view.is_locked());
+        assert!(
+            !view.unlock_scoped(),
+            "a scoped release took the owner's hold"
+        );
+        assert!(view.unlock());
+        assert!(!view.is_locked());
+    }
+}
+
+#[test]
+fn test_stray_scoped_releases_never_take_an_owned_hold_among_scoped_ones() {
+    // Owners and `with` holders (a one-step scoped take, or a wait then `scope_hold`)
+    // share the lock while another thread keeps calling `unlock_scoped`: it may end a
+    // scoped hold (that is what a misused `__exit__` does), never an owned one.
+    let lock = Lock::new();
+    let stop = Arc::new(AtomicUsize::new(0));
+    let stray = {
+        let lock = lock.clone();
+        let stop = stop.clone();
+        thread::spawn(move || {
+            while stop.load(Ordering::Relaxed) == 0 {
+                lock.unlock_scoped();
+                thread::yield_now();
+            }
+        })
+    };
+    let workers: Vec<_> = (0..3)
+        .map(|i| {
+            let lock = lock.clone();
+            thread::spawn(move || {
+                for round in 0..2000 {
+                    match (i + round) % 3 {
+                        0 => {
+                            lock.lock(forever()).unwrap();
+                            thread::yield_now();
+                            assert!(lock.unlock(), "an owned hold was released by another");
+                        }
+                        1 => {
+                            if lock.try_lock_scoped() {
+                                lock.unlock_scoped();
+                            }
+                        }
+                        _ => {
+                            lock.lock(forever()).unwrap();
+                            lock.scope_hold();
+                            lock.unlock_scoped();
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    stop.store(1, Ordering::Relaxed);
+    stray.join().unwrap();
+    assert!(!lock.unlock_scoped());
+    assert!(!lock.is_locked());
+}

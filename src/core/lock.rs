@@ -125,6 +125,13 @@ impl LockView {
         self.slot.release(self.mode)
     }
 
+    /// Try once, and keep the hold taken as a scoped hold ([`LockView::scope_hold`]): as
+    /// `try_lock` then `scope_hold`, in one step where the lock allows.
+    #[inline]
+    pub fn try_lock_scoped(&self) -> bool {
+        self.slot.try_lock_scoped(self.mode)
+    }
+
     /// Make a hold the caller has just taken (with `try_lock`, `lock`, a task's wait) a
     /// scoped hold: one that ends with a scope, released by [`LockView::unlock_scoped`]
     /// by whoever ends it (Python's `with`), never by `unlock`.

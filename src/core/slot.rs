@@ -46,7 +46,7 @@ use std::time::Duration;
 use super::queue::{WaitQueue, WakeList};
 use super::raw::{RawWaiter, Status};
 use super::state::{
-    readers, slot_held, AWAY, ONE_READER, QUEUED, READERS_MASK, WRITER, WRITER_QUEUED,
+    readers, slot_held, AWAY, ONE_READER, QUEUED, READERS_MASK, SCOPED, WRITER, WRITER_QUEUED,
 };
 use super::sync::Arc;
 use super::sync::{lock, AtomicU32, AtomicUsize, Mutex, Ordering};
@@ -85,17 +85,18 @@ pub(crate) struct Slot {
     state: AtomicUsize,
     queue: Mutex<WaitQueue>,
     policy: Policy,
-    /// Scoped holds, per mode (`[exclusive, shared]`): holds taken for a scope (Python's
-    /// `with`) that whoever ends a scope releases, as opposed to holds owned by an
-    /// `Unlock` (or by a waiter being settled), which only their owner releases.
-    /// Invariant: `scoped[m]` never exceeds the number of scoped holds of mode `m` in
+    /// Scoped reader holds: holds taken for a scope (Python's `with`) that whoever ends a
+    /// scope releases, as opposed to holds owned by an `Unlock` (or by a waiter being
+    /// settled), which only their owner releases. (The exclusive hold says whether it is
+    /// scoped in the state word itself: `SCOPED`, invariant 6 in `state.rs`.)
+    /// Invariant: `scoped_readers` never exceeds the number of scoped reader holds in
     /// the state word: it is raised only after such a hold is taken, and lowered (never
     /// below 0) before one is released. So a release of a scoped hold can only ever
     /// give back a scoped hold, never the hold of an `Unlock`: a shared hold has no
     /// identity in the state word, and the count is what tells the two kinds apart.
-    /// 32 bits each (a lock is one of very many small objects): four billion scoped holds
-    /// of one mode at once, each a `with` block in progress, cannot exist.
-    scoped: [AtomicU32; 2],
+    /// 32 bits (a lock is one of very many small objects): four billion scoped holds at
+    /// once, each a `with` block in progress, cannot exist.
+    scoped_readers: AtomicU32,
     /// Tags the embedding layer attaches to holds, with a count each (the Python layer
     /// tags a hold taken by `async with` with its event loop's thread, to detect a
     /// blocking acquire that could never succeed). The core never reads them; touched only off the
@@ -118,7 +119,7 @@ impl Slot {
             state: AtomicUsize::new(0),
             queue: Mutex::new(WaitQueue::default()),
             policy,
-            scoped: [AtomicU32::new(0), AtomicU32::new(0)],
+            scoped_readers: AtomicU32::new(0),
             holder_tags: Mutex::new(None),
             tagged: AtomicU32::new(0),
         }
@@ -158,6 +159,30 @@ impl Slot {
             }
             Mode::Shared => self.try_join_readers(),
         }
+    }
+
+    /// [`Slot::try_lock`], the hold taken as scoped ([`Slot::scope_hold`]): for the
+    /// exclusive mode in the same CAS when the slot is free and nobody waits.
+    #[inline]
+    pub(crate) fn try_lock_scoped(&self, mode: Mode) -> bool {
+        let taken = match mode {
+            Mode::Exclusive => {
+                // ORDERING: Acquire on success, as in `try_lock`.
+                if self
+                    .state
+                    .compare_exchange(0, WRITER | SCOPED, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return true;
+                }
+                self.policy == Policy::Barging && self.try_barge()
+            }
+            Mode::Shared => self.try_join_readers(),
+        };
+        if taken {
+            self.scope_hold(mode);
+        }
+        taken
     }
 
     /// Take a free slot even though waiters are queued (barging policy only).
@@ -218,7 +243,9 @@ impl Slot {
                     Ok(_) => return true,
                     // The head waiter is away competing: the policy would grant nobody,
                     // so free the slot and leave the queue as it is (invariant 5). The
-                    // CAS fails if the queue side changed the word meanwhile.
+                    // CAS fails if the queue side changed the word meanwhile. (A scoped
+                    // hold comes here claimed already; an exclusive release ends
+                    // `SCOPED` with `WRITER` all the same: invariant 6.)
                     // ORDERING: Release, as above.
                     Err(s)
                         if s & (AWAY | WRITER) == AWAY | WRITER
@@ -226,7 +253,7 @@ impl Slot {
                                 .state
                                 .compare_exchange(
                                     s,
-                                    s & !WRITER,
+                                    s & !(WRITER | SCOPED),
                                     Ordering::Release,
                                     Ordering::Relaxed,
                                 )
@@ -317,20 +344,20 @@ impl Slot {
         }
     }
 
-    /// Count a hold of `mode` the caller has just taken as scoped (see `scoped`).
+    /// Make a hold of `mode` the caller has just taken a scoped hold: `SCOPED` for the
+    /// exclusive one (invariant 6), one more in `scoped_readers` for a reader.
     #[inline]
     pub(crate) fn scope_hold(&self, mode: Mode) {
         match mode {
-            // The caller holds the one exclusive hold, not counted yet, so by the invariant
-            // of `scoped` the count is 0, and only the holder may raise it (a release of a
-            // scoped hold finds 0 and changes nothing): a plain store does what an add
-            // would, without a read-modify-write on the lock's cache line.
-            // ORDERING: Release, as below.
-            Mode::Exclusive => self.scoped[0].store(1, Ordering::Release),
+            // ORDERING: Release, as for a reader below. The caller holds `WRITER`, which
+            // only its own release clears, so the bit lands on its hold.
+            Mode::Exclusive => {
+                self.state.fetch_or(SCOPED, Ordering::Release);
+            }
             // ORDERING: Release: a `release_scoped` that sees this count sees (Acquire) the
             // state word's change that took the hold, so its release finds the hold.
             Mode::Shared => {
-                self.scoped[1].fetch_add(1, Ordering::Release);
+                self.scoped_readers.fetch_add(1, Ordering::Release);
             }
         }
     }
@@ -338,24 +365,66 @@ impl Slot {
     /// Release one scoped hold of `mode`; false (nothing changed) if there is none.
     #[inline]
     pub(crate) fn release_scoped(&self, mode: Mode) -> bool {
-        // ORDERING: Acquire pairs with the Release in `scope_hold` (see there); a failed
-        // attempt orders nothing.
-        let claimed = self
-            .scoped(mode)
-            .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| n.checked_sub(1))
-            .is_ok();
+        let claimed = match mode {
+            Mode::Exclusive => {
+                // Nobody waits: the claim and the release are one CAS.
+                // ORDERING: Release, as in `release`.
+                match self.state.compare_exchange(
+                    WRITER | SCOPED,
+                    0,
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => return true,
+                    Err(s) => match self.claim_scoped_writer(s) {
+                        Claim::Nothing => false,
+                        Claim::Released => return true,
+                        Claim::Claimed => true,
+                    },
+                }
+            }
+            // ORDERING: Acquire pairs with the Release in `scope_hold` (see there); a
+            // failed attempt orders nothing.
+            Mode::Shared => self
+                .scoped_readers
+                .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok(),
+        };
         if !claimed {
             return false;
         }
         let released = self.release(mode);
-        debug_assert!(released, "BUG: a counted scoped hold was not held");
+        debug_assert!(released, "BUG: a claimed scoped hold was not held");
         released
     }
 
-    fn scoped(&self, mode: Mode) -> &AtomicU32 {
-        match mode {
-            Mode::Exclusive => &self.scoped[0],
-            Mode::Shared => &self.scoped[1],
+    /// Claim the scoped exclusive hold, if there is one, for a release that could not take
+    /// the one-CAS path: clear `SCOPED`, so that no other scoped release claims it too.
+    /// With the head waiter away, the same CAS frees the slot, as `release` would
+    /// (invariant 5). `s` is a recent read of the state word.
+    #[cold]
+    fn claim_scoped_writer(&self, mut s: usize) -> Claim {
+        loop {
+            if s & SCOPED == 0 {
+                return Claim::Nothing;
+            }
+            let away = s & AWAY != 0;
+            let new = if away {
+                s & !(WRITER | SCOPED)
+            } else {
+                s & !SCOPED
+            };
+            // ORDERING: AcqRel: Acquire pairs with the Release that set `SCOPED`, as a
+            // reader's claim does with its count; Release publishes the critical section
+            // when this CAS frees the slot (otherwise the release that follows does).
+            match self
+                .state
+                .compare_exchange_weak(s, new, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) if away => return Claim::Released,
+                Ok(_) => return Claim::Claimed,
+                Err(actual) => s = actual,
+            }
         }
     }
 
@@ -480,7 +549,7 @@ impl Slot {
             let freed = match release {
                 Some(Mode::Exclusive) if s & WRITER == 0 => return false,
                 Some(Mode::Shared) if readers(s) == 0 => return false,
-                Some(Mode::Exclusive) => s & !WRITER,
+                Some(Mode::Exclusive) => s & !(WRITER | SCOPED),
                 Some(Mode::Shared) => s - ONE_READER,
                 None => s,
             };
@@ -705,6 +774,16 @@ fn held_alone(mode: Mode) -> usize {
         Mode::Exclusive => WRITER,
         Mode::Shared => ONE_READER,
     }
+}
+
+/// What [`Slot::claim_scoped_writer`] did.
+enum Claim {
+    /// No scoped exclusive hold: nothing changed.
+    Nothing,
+    /// The hold is claimed; its release is the caller's.
+    Claimed,
+    /// The hold is claimed and the slot freed (the head waiter is away).
+    Released,
 }
 
 /// A waiter queued in a slot: the slot's side of the seam's [`RawWaiter`].

@@ -37,6 +37,12 @@
 //!    `Slot::settle`), cleared by whatever may change the head or its status
 //!    (`Slot::settle`, `Slot::acquire_or_queue`) and by the mark itself. Clearing it is
 //!    always safe: releases then go through the queue.
+//! 6. `SCOPED` ⇒ `WRITER`: the exclusive hold is a scoped hold (Python's `with`), which
+//!    only `Slot::release_scoped` gives back, never the release of an `Unlock`'s hold. Set
+//!    by the holder, with the take (`Slot::try_lock_scoped`: one CAS) or right after it
+//!    (`Slot::scope_hold`); cleared by the one scoped release that claims it (with the
+//!    release itself when nobody waits: one CAS), and by any exclusive release, with
+//!    `WRITER`. The table's rows with `WRITER` set hold with or without it.
 
 /// The slot is held by one exclusive holder.
 pub(crate) const WRITER: usize = 1;
@@ -47,8 +53,10 @@ pub(crate) const WRITER_QUEUED: usize = 1 << 2;
 /// The head waiter is away competing (barging `Lock`; invariant 5); changed only under
 /// the queue mutex.
 pub(crate) const AWAY: usize = 1 << 3;
+/// The exclusive hold is a scoped hold (invariant 6).
+pub(crate) const SCOPED: usize = 1 << 4;
 /// One member of the reader group.
-pub(crate) const ONE_READER: usize = 1 << 4;
+pub(crate) const ONE_READER: usize = 1 << 5;
 /// The reader-group count.
 pub(crate) const READERS_MASK: usize = !(ONE_READER - 1);
 
@@ -70,7 +78,7 @@ mod tests {
 
     #[test]
     fn bits_do_not_overlap() {
-        let bits = [WRITER, QUEUED, WRITER_QUEUED, AWAY, READERS_MASK];
+        let bits = [WRITER, QUEUED, WRITER_QUEUED, AWAY, SCOPED, READERS_MASK];
         for (i, a) in bits.iter().enumerate() {
             for b in &bits[i + 1..] {
                 assert_eq!(a & b, 0);
@@ -80,6 +88,7 @@ mod tests {
         assert_eq!(readers((3 * ONE_READER) | QUEUED), 3);
         assert!(slot_held(ONE_READER));
         assert!(slot_held(WRITER | QUEUED));
+        assert_eq!(readers(SCOPED | AWAY), 0);
         assert!(!slot_held(QUEUED | WRITER_QUEUED));
     }
 }

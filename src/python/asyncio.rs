@@ -70,8 +70,14 @@ pub(crate) fn enter<'py, K: Kind>(
         // Under trio a free lock would be taken and a taken one fail: fail both alike.
         running_loop(py)?;
     }
-    if RawLock::try_lock(kind) {
-        super::acquire::taken_up(py, in_task(py, kind.names_owners(), || kind.take_up(true)))?;
+    // A kind that records who holds asks for the task only once it has the hold.
+    let taken = if kind.names_owners() {
+        RawLock::try_lock(kind).then(|| in_task(py, true, || kind.take_up(true)))
+    } else {
+        kind.try_take_up_scoped()
+    };
+    if let Some(taken) = taken {
+        super::acquire::taken_up(py, taken)?;
         TaskOwner::set(kind);
         return Ready::done(py);
     }

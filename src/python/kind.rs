@@ -43,6 +43,13 @@ pub(crate) trait Kind: RawLock + Clone + 'static {
     fn try_take_up(&self) -> Option<Result<Held, String>> {
         RawLock::try_lock(self).then(|| self.take_up(false))
     }
+    /// The fast path of `with`: try once, and take up the hold as scoped if it was
+    /// taken. `None` if the lock is taken (the caller waits). A kind may do both in one
+    /// step.
+    #[inline]
+    fn try_take_up_scoped(&self) -> Option<Result<Held, String>> {
+        RawLock::try_lock(self).then(|| self.take_up(true))
+    }
     /// Release the hold of an `Unlock`; false if there is none any more.
     fn release_held(&self, held: Held) -> bool;
     /// The fence of a hold, for kinds that issue them.
@@ -78,6 +85,11 @@ impl Kind for LockView {
             LockView::scope_hold(self);
         }
         Ok(0)
+    }
+
+    #[inline]
+    fn try_take_up_scoped(&self) -> Option<Result<Held, String>> {
+        LockView::try_lock_scoped(self).then_some(Ok(0))
     }
 
     #[inline]

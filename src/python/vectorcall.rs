@@ -40,7 +40,6 @@ use pyo3::PyClass;
 
 use super::args;
 use super::kind::{Held, Kind, Owner};
-use crate::core::raw::RawLock;
 
 /// The lock classes, whose `acquire` gets the hand-written entry point: every class
 /// `lock_methods!` generates the members for, whatever its kind of lock.
@@ -158,11 +157,10 @@ unsafe extern "C" fn enter<T: FastAcquire>(
     // SAFETY: this function's contract.
     let (py, lock) = unsafe { receiver::<T>(&slf) };
     guarded(py, || {
-        let kind = lock.get().kind();
-        if RawLock::try_lock(kind) {
+        if let Some(taken) = Kind::try_take_up_scoped(lock.get().kind()) {
             // As `acquire::enter` after its try: a kind whose backend failed meanwhile
             // holds nothing and raises.
-            return none_or_raise(py, super::acquire::taken_up(py, Kind::take_up(kind, true)));
+            return none_or_raise(py, super::acquire::taken_up(py, taken));
         }
         // SAFETY: the generated function has this very signature and contract.
         unsafe { installed(T::generated_enter())(slf, unused) }
