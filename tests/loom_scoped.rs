@@ -8,8 +8,10 @@
 mod support;
 
 use ctxlock::{forever, Lock, SharableLock};
+use loom::sync::Arc;
 use loom::thread;
-use support::model_exhaustive;
+use support::critical::{lock_competing_later, Guarded};
+use support::{model, model_exhaustive};
 
 #[test]
 fn loom_a_stray_scoped_release_races_a_with() {
@@ -114,5 +116,50 @@ fn loom_a_one_step_scoped_hold_races_an_owner_and_a_stray_release() {
 fn loom_a_one_step_scoped_hold_of_a_fair_lock_races_an_owner_and_a_stray_release() {
     model_exhaustive("one_step_scoped_hold_fair", || {
         one_step_scoped_hold(Lock::fair())
+    });
+}
+
+/// A `with` as the binding runs it: the one-step take, else a wait that competes `Later`
+/// and then `scope_hold`; the critical section; the scoped release.
+fn with_block(lock: &Lock, data: &Guarded) {
+    if !lock.try_lock_scoped() {
+        lock_competing_later(lock, forever()).unwrap();
+        lock.scope_hold();
+    }
+    data.critical_section();
+    assert!(lock.unlock_scoped(), "a with's hold was lost");
+}
+
+/// Two `with` blocks and an owner on a barging lock, each waiting by competing `Later`:
+/// a scoped hold may be barged in while a woken waiter is away, so its release takes the
+/// claim's away branch. Exclusion and the critical section's updates must hold, and the
+/// lock must end free.
+#[test]
+fn loom_with_blocks_and_an_owner_competing_later() {
+    model("with_blocks_and_an_owner_competing_later", || {
+        let lock = Lock::new();
+        let data = Arc::new(Guarded::default());
+        let others: Vec<_> = (0..2)
+            .map(|i| {
+                let (lock, data) = (lock.clone(), data.clone());
+                thread::spawn(move || {
+                    if i == 0 {
+                        with_block(&lock, &data);
+                    } else {
+                        lock_competing_later(&lock, forever()).unwrap();
+                        data.critical_section();
+                        assert!(lock.unlock(), "the owner's hold was lost");
+                    }
+                })
+            })
+            .collect();
+        with_block(&lock, &data);
+        for t in others {
+            t.join().unwrap();
+        }
+        assert_eq!(data.count(), 3);
+        assert!(!lock.unlock_scoped());
+        assert!(!lock.is_locked());
+        assert_eq!(lock.queued(), 0);
     });
 }

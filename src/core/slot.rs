@@ -349,10 +349,16 @@ impl Slot {
     #[inline]
     pub(crate) fn scope_hold(&self, mode: Mode) {
         match mode {
-            // ORDERING: Release, as for a reader below. The caller holds `WRITER`, which
-            // only its own release clears, so the bit lands on its hold.
+            // The caller holds `WRITER`, which only its own release clears, so the bit
+            // lands on its hold.
+            // ORDERING: Relaxed: the bit lives in the word that holds `WRITER`, so a claim
+            // that reads it reads this hold; it publishes nothing.
             Mode::Exclusive => {
-                self.state.fetch_or(SCOPED, Ordering::Release);
+                let was = self.state.fetch_or(SCOPED, Ordering::Relaxed);
+                debug_assert!(
+                    was & (WRITER | SCOPED) == WRITER,
+                    "BUG: scope_hold without a fresh exclusive hold"
+                );
             }
             // ORDERING: Release: a `release_scoped` that sees this count sees (Acquire) the
             // state word's change that took the hold, so its release finds the hold.
@@ -377,9 +383,15 @@ impl Slot {
                 ) {
                     Ok(_) => return true,
                     Err(s) => match self.claim_scoped_writer(s) {
-                        Claim::Nothing => false,
+                        Claim::Nothing => return false,
                         Claim::Released => return true,
-                        Claim::Claimed => true,
+                        // Waiters were queued: the release goes through the queue (its
+                        // one-CAS path would fail).
+                        Claim::Claimed => {
+                            let released = self.release_slow(mode);
+                            debug_assert!(released, "BUG: a claimed scoped hold was not held");
+                            return released;
+                        }
                     },
                 }
             }
@@ -399,9 +411,9 @@ impl Slot {
     }
 
     /// Claim the scoped exclusive hold, if there is one, for a release that could not take
-    /// the one-CAS path: clear `SCOPED`, so that no other scoped release claims it too.
-    /// With the head waiter away, the same CAS frees the slot, as `release` would
-    /// (invariant 5). `s` is a recent read of the state word.
+    /// the one-CAS path (waiters queued, or the head away): clear `SCOPED`, so that no
+    /// other scoped release claims it too. With the head waiter away, the same CAS frees
+    /// the slot, as `release` would (invariant 5). `s` is a recent read of the state word.
     #[cold]
     fn claim_scoped_writer(&self, mut s: usize) -> Claim {
         loop {
@@ -409,17 +421,18 @@ impl Slot {
                 return Claim::Nothing;
             }
             let away = s & AWAY != 0;
-            let new = if away {
-                s & !(WRITER | SCOPED)
+            let (new, order) = if away {
+                (s & !(WRITER | SCOPED), Ordering::Release)
             } else {
-                s & !SCOPED
+                (s & !SCOPED, Ordering::Relaxed)
             };
-            // ORDERING: AcqRel: Acquire pairs with the Release that set `SCOPED`, as a
-            // reader's claim does with its count; Release publishes the critical section
-            // when this CAS frees the slot (otherwise the release that follows does).
+            // ORDERING: Release when this CAS frees the slot, as `release`'s does, to
+            // publish the critical section to the next taker. A plain claim publishes
+            // nothing (the release that follows does), and needs no Acquire: the bit lives
+            // in the word that holds `WRITER`, so the claim reads the hold it ends.
             match self
                 .state
-                .compare_exchange_weak(s, new, Ordering::AcqRel, Ordering::Relaxed)
+                .compare_exchange_weak(s, new, order, Ordering::Relaxed)
             {
                 Ok(_) if away => return Claim::Released,
                 Ok(_) => return Claim::Claimed,

@@ -37,12 +37,14 @@
 //!    `Slot::settle`), cleared by whatever may change the head or its status
 //!    (`Slot::settle`, `Slot::acquire_or_queue`) and by the mark itself. Clearing it is
 //!    always safe: releases then go through the queue.
-//! 6. `SCOPED` ⇒ `WRITER`: the exclusive hold is a scoped hold (Python's `with`), which
-//!    only `Slot::release_scoped` gives back, never the release of an `Unlock`'s hold. Set
-//!    by the holder, with the take (`Slot::try_lock_scoped`: one CAS) or right after it
+//! 6. `SCOPED` ⇒ `WRITER`: the exclusive hold is a scoped hold (Python's `with`). Set by
+//!    the holder, with the take (`Slot::try_lock_scoped`: one CAS) or right after it
 //!    (`Slot::scope_hold`); cleared by the one scoped release that claims it (with the
-//!    release itself when nobody waits: one CAS), and by any exclusive release, with
-//!    `WRITER`. The table's rows with `WRITER` set hold with or without it.
+//!    release itself when nobody waits: one CAS). Callers give a scoped hold back only
+//!    through `Slot::release_scoped`, and an `Unlock`'s hold never carries the bit; an
+//!    exclusive release that finds it anyway (a caller breaking that rule) clears it with
+//!    `WRITER`, so the implication holds on every path. The table's rows with `WRITER`
+//!    set hold with or without it.
 
 /// The slot is held by one exclusive holder.
 pub(crate) const WRITER: usize = 1;

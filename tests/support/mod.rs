@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 
 use ctxlock::{CancelToken, Reason, Wait};
 
+#[cfg(loom)]
+pub mod critical;
+
 /// How long a test waits for something that should happen at once before it fails
 /// instead of hanging. Generous: it bounds a hang, it never measures speed.
 pub const PATIENCE: Duration = Duration::from_secs(20);
