@@ -371,54 +371,49 @@ impl Slot {
     /// Release one scoped hold of `mode`; false (nothing changed) if there is none.
     #[inline]
     pub(crate) fn release_scoped(&self, mode: Mode) -> bool {
-        let claimed = match mode {
-            Mode::Exclusive => {
-                // Nobody waits: the claim and the release are one CAS.
-                // ORDERING: Release, as in `release`.
-                match self.state.compare_exchange(
-                    WRITER | SCOPED,
-                    0,
-                    Ordering::Release,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => return true,
-                    Err(s) => match self.claim_scoped_writer(s) {
-                        Claim::Nothing => return false,
-                        Claim::Released => return true,
-                        // Waiters were queued: the release goes through the queue (its
-                        // one-CAS path would fail).
-                        Claim::Claimed => {
-                            let released = self.release_slow(mode);
-                            debug_assert!(released, "BUG: a claimed scoped hold was not held");
-                            return released;
-                        }
-                    },
+        match mode {
+            Mode::Exclusive => self.release_scoped_writer(),
+            Mode::Shared => {
+                // ORDERING: Acquire pairs with the Release in `scope_hold` (see there); a
+                // failed attempt orders nothing.
+                let claimed = self
+                    .scoped_readers
+                    .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| n.checked_sub(1))
+                    .is_ok();
+                if !claimed {
+                    return false;
                 }
+                let released = self.release(mode);
+                debug_assert!(released, "BUG: a claimed scoped hold was not held");
+                released
             }
-            // ORDERING: Acquire pairs with the Release in `scope_hold` (see there); a
-            // failed attempt orders nothing.
-            Mode::Shared => self
-                .scoped_readers
-                .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| n.checked_sub(1))
-                .is_ok(),
-        };
-        if !claimed {
-            return false;
         }
-        let released = self.release(mode);
-        debug_assert!(released, "BUG: a claimed scoped hold was not held");
-        released
     }
 
-    /// Claim the scoped exclusive hold, if there is one, for a release that could not take
-    /// the one-CAS path (waiters queued, or the head away): clear `SCOPED`, so that no
-    /// other scoped release claims it too. With the head waiter away, the same CAS frees
-    /// the slot, as `release` would (invariant 5). `s` is a recent read of the state word.
+    /// Release the scoped exclusive hold (invariant 6), if there is one. Nobody waits: the
+    /// claim and the release are one CAS.
+    #[inline]
+    fn release_scoped_writer(&self) -> bool {
+        // ORDERING: Release, as in `release`.
+        match self
+            .state
+            .compare_exchange(WRITER | SCOPED, 0, Ordering::Release, Ordering::Relaxed)
+        {
+            Ok(_) => true,
+            Err(s) => self.release_scoped_writer_slow(s),
+        }
+    }
+
+    /// [`Slot::release_scoped_writer`] past its one CAS (waiters queued, or the head
+    /// away): claim the hold by clearing `SCOPED`, so that no other scoped release claims
+    /// it too. With the head waiter away the same CAS frees the slot, as `release` would
+    /// (invariant 5); otherwise the release goes through the queue. `s` is a recent read
+    /// of the state word.
     #[cold]
-    fn claim_scoped_writer(&self, mut s: usize) -> Claim {
+    fn release_scoped_writer_slow(&self, mut s: usize) -> bool {
         loop {
             if s & SCOPED == 0 {
-                return Claim::Nothing;
+                return false;
             }
             let away = s & AWAY != 0;
             let (new, order) = if away {
@@ -434,11 +429,15 @@ impl Slot {
                 .state
                 .compare_exchange_weak(s, new, order, Ordering::Relaxed)
             {
-                Ok(_) if away => return Claim::Released,
-                Ok(_) => return Claim::Claimed,
+                Ok(_) if away => return true,
+                Ok(_) => break,
                 Err(actual) => s = actual,
             }
         }
+        // Claimed with waiters queued: `release`'s one-CAS path would only fail.
+        let released = self.release_slow(Mode::Exclusive);
+        debug_assert!(released, "BUG: a claimed scoped hold was not held");
+        released
     }
 
     /// A release that must look at the queue (or finds the slot not held).
@@ -787,16 +786,6 @@ fn held_alone(mode: Mode) -> usize {
         Mode::Exclusive => WRITER,
         Mode::Shared => ONE_READER,
     }
-}
-
-/// What [`Slot::claim_scoped_writer`] did.
-enum Claim {
-    /// No scoped exclusive hold: nothing changed.
-    Nothing,
-    /// The hold is claimed; its release is the caller's.
-    Claimed,
-    /// The hold is claimed and the slot freed (the head waiter is away).
-    Released,
 }
 
 /// A waiter queued in a slot: the slot's side of the seam's [`RawWaiter`].
