@@ -6,6 +6,7 @@ import gc
 import threading
 import time
 import warnings
+import weakref
 
 import pytest
 from ctxlock import CancelToken, Lock, Unlock
@@ -128,6 +129,68 @@ def test_concurrent_unlock_calls_release_once(spawn):
         u2 = lock.try_acquire()
         assert u2 is not None
         u2()
+
+
+def test_an_unlock_called_through_its_only_reference_releases_once():
+    # `u()` on its own line calls through the local variable's reference alone, and
+    # `lock.acquire()()` through the call's: without a GIL both decide once-only without
+    # the atomic swap (no other thread can reach the object). Still once only.
+    lock = Lock()
+    lock.acquire()()
+    assert not lock.locked()
+    u = lock.acquire()
+    u()
+    assert not lock.locked()
+    later = lock.acquire()
+    u()
+    assert lock.locked()
+    assert not later.released
+    later()
+    assert not lock.locked()
+
+
+def test_an_unlock_with_a_weak_reference_releases_once(spawn):
+    # A weak reference is a way for another thread to reach the Unlock: the call must
+    # then decide with the swap, and still release once.
+    lock = Lock()
+    u = lock.acquire()
+    ref = weakref.ref(u)
+    u()
+    assert not lock.locked()
+    later = lock.acquire()
+    spawn(lambda: ref()()).result()
+    assert lock.locked()
+    later()
+
+
+def test_racing_calls_of_one_unlock_never_release_the_next_hold(spawn):
+    # Two threads call one Unlock at once while a third takes the lock as soon as it is
+    # free: if both calls released, the second would end the third's hold.
+    for _ in range(300):
+        lock = Lock()
+        u = lock.acquire()
+        barrier = threading.Barrier(3)
+        called = threading.Event()
+
+        def call(u=u, barrier=barrier) -> None:
+            barrier.wait(timeout=10)
+            u()
+
+        def take(lock=lock, barrier=barrier, called=called) -> bool:
+            barrier.wait(timeout=10)
+            got = lock.acquire(deadline=10)
+            assert called.wait(10)
+            held = lock.locked() and not got.released
+            got()
+            return held
+
+        taker = spawn(take)
+        callers = [spawn(call), spawn(call)]
+        for c in callers:
+            c.result(timeout=10)
+        called.set()
+        assert taker.result(timeout=10), "a second call of one Unlock ended another hold"
+        assert not lock.locked()
 
 
 # --- unlock_on_cancel -------------------------------------------------------------------------
