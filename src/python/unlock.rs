@@ -81,7 +81,8 @@ impl PyUnlock {
         {
             self.unlock.unlock_serialized()
         }
-        // Without the GIL, callers may race: the core's atomic swap decides.
+        // Without the GIL, callers may race: the core's atomic swap decides (`unlock()`
+        // through the object's only reference does without it: `FastCall::call`).
         #[cfg(Py_GIL_DISABLED)]
         {
             self.unlock.unlock()
