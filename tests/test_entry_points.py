@@ -15,7 +15,6 @@ from __future__ import annotations
 import gc
 import inspect
 import math
-import platform
 import sys
 import threading
 import time
@@ -35,38 +34,6 @@ from ctxlock import (
     _ctxlock,
 )
 from kinds import EXCLUSIVE_KINDS, KINDS
-
-FREE_THREADED = not getattr(sys, "_is_gil_enabled", lambda: True)()
-LINUX_X86_OR_ARM = sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64")
-
-
-@pytest.mark.skipif(sys.implementation.name != "cpython", reason="CPython's C API only")
-def test_only_a_sole_reference_of_this_thread_passes_for_one(spawn) -> None:
-    # `unlock()` without a GIL skips the atomic swap only when this test holds: every way
-    # another thread could call the same Unlock must make it false.
-    sole = _ctxlock._sole_reference_here
-    inline = FREE_THREADED and LINUX_X86_OR_ARM
-    lock = Lock()
-    u = lock.acquire()
-    assert sole(u) is inline  # the local variable's reference alone
-    assert sole(lock.acquire) is inline  # a new object, the call's only reference
-    kept = [u]
-    assert sole(u) is False  # a list holds it too
-    kept.clear()
-    assert sole(u) is inline
-    alias = u
-    assert sole(u) is False
-    del alias
-    assert sole(u) is inline
-    ref = weakref.ref(u)
-    assert sole(u) is False  # a weak reference can make a strong one on any thread
-    del ref
-    made_there = spawn(Lock().acquire).result()
-    assert sole(made_there) is False  # counted by the thread that made it
-    assert sole(None) is False  # immortal: every thread shares it
-    u()
-    made_there()
-
 
 SIGNATURE = "(cancel=None, *, deadline=None, blocking=True)"
 

@@ -11,14 +11,6 @@ __version__: str
 #: The hand-written entry points in use (CPython); empty where PyO3's own serve.
 _fast_calls: list[str]
 
-def _sole_reference_here(obj: object) -> bool:
-    """Whether the caller's reference to ``obj`` is its only one, counted on this thread.
-
-    The test by which ``unlock()`` without a GIL decides once-only without an atomic swap
-    (CPython's own, ``PyUnstable_Object_IsUniquelyReferenced``). Always ``False`` with a
-    GIL, which serializes the calls instead. For the tests.
-    """
-
 @final
 class CancelToken:
     """A cancellation signal with an optional deadline, shared by any number of acquires.

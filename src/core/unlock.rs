@@ -83,13 +83,12 @@ impl<H: Hold> Unlock<H> {
     }
 
     /// [`Unlock::unlock`] for a caller whose every call on this `Unlock` is serialized
-    /// by something outside it (the binding's GIL; without one, the binding's proof that
-    /// the caller alone can reach this `Unlock`), and ordered after every earlier call:
-    /// a load and a store decide as well as a swap would then, without its locked
-    /// instruction. Without that, two callers could both release.
+    /// by a lock outside it (the binding's GIL): a load and a store decide as well as a
+    /// swap would then, without its locked instruction. Without that outer lock two
+    /// callers could both release.
     #[inline]
     pub fn unlock_serialized(&self) -> bool {
-        // ORDERING: Relaxed: what serializes the calls orders these accesses.
+        // ORDERING: Relaxed: the outer lock orders these accesses.
         if self.released.load(Ordering::Relaxed) {
             return false;
         }

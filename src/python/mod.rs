@@ -42,7 +42,6 @@ fn _ctxlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     freelist::install::<unlock::PyUnlock>(m.py());
     freelist::install::<named::PyNamedLock>(m.py());
     m.add("_fast_calls", install_fast_calls(m.py())?)?;
-    m.add_function(wrap_pyfunction!(_sole_reference_here, m)?)?;
     let after_fork = wrap_pyfunction!(after_fork_in_child, m)?;
     let kwargs = pyo3::types::PyDict::new(m.py());
     kwargs.set_item("after_in_child", after_fork)?;
@@ -115,16 +114,6 @@ fn install_fast_calls(py: Python<'_>) -> PyResult<Vec<&'static str>> {
         installed.push("Unlock.__call__");
     }
     Ok(installed)
-}
-
-/// Whether the caller's reference to `obj` is its only one, counted on this thread: the
-/// test by which an `Unlock` called without a GIL decides once-only without an atomic
-/// swap (`refcount::sole_reference_here`); always false with a GIL, which serializes the
-/// calls instead. For the tests, which check it against references they make.
-#[pyfunction]
-fn _sole_reference_here(obj: &Bound<'_, PyAny>) -> bool {
-    // SAFETY: attached (a `Bound`); the call's arguments hold a reference to `obj`.
-    unsafe { refcount::sole_reference_here(obj.as_ptr()) }
 }
 
 /// Registered with `os.register_at_fork`: mend the core in a forked child (see `core/fork.rs`).

@@ -95,38 +95,6 @@ pub(crate) unsafe fn decref(op: *mut ffi::PyObject) {
     unsafe { ffi::Py_DECREF(op) }
 }
 
-/// Whether the caller's reference to `op` is the object's only one, counted on this
-/// thread: then no other thread holds `op` nor can make a reference to it while the
-/// caller keeps its own (it has nothing to make one from). CPython's own test for that,
-/// as its header writes it (`_PyObject_IsUniquelyReferenced`, public since 3.14 as
-/// `PyUnstable_Object_IsUniquelyReferenced`): this thread owns the local count, which is
-/// 1, and the whole shared count is 0, its flags included: a weak reference, or an
-/// object another thread may still reach without a count, sets a flag there. Always
-/// false where the counts are not read inline (a GIL build has no use for it).
-///
-/// # Safety
-/// Attached, and the caller owns a reference to `op`.
-#[inline(always)]
-pub(crate) unsafe fn sole_reference_here(op: *mut ffi::PyObject) -> bool {
-    #[cfg(all(Py_GIL_DISABLED, not(Py_LIMITED_API)))]
-    if INLINE {
-        // SAFETY: a live object (the caller's reference).
-        let ob = unsafe { &*op };
-        // ORDERING: the local count is Relaxed, as the header's: once `owned_here` holds
-        // it is this thread's own. The shared count is Acquire (the header's read is
-        // Relaxed; on x86-64 both are a plain load): another thread that used the object
-        // and let its reference go wrote this count last with a sequentially consistent
-        // read-modify-write, so what it did with the object happens-before what the
-        // caller does next with it alone (an `Unlock` called there and then here).
-        // SAFETY: a live object (the caller's reference).
-        return unsafe { owned_here(op) }
-            && ob.ob_ref_local.load(Ordering::Relaxed) == 1
-            && ob.ob_ref_shared.load(Ordering::Acquire) == 0;
-    }
-    let _ = op;
-    false
-}
-
 /// A new reference to `None`. Immortal since CPython 3.12 (there the count is looked at
 /// and left alone); counted on 3.11.
 #[inline(always)]

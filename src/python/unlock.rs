@@ -81,8 +81,7 @@ impl PyUnlock {
         {
             self.unlock.unlock_serialized()
         }
-        // Without the GIL, callers may race: the core's atomic swap decides (`unlock()`
-        // through the object's only reference does without it: `FastCall::call`).
+        // Without the GIL, callers may race: the core's atomic swap decides.
         #[cfg(Py_GIL_DISABLED)]
         {
             self.unlock.unlock()
@@ -95,21 +94,7 @@ impl PyUnlock {
 // `vectorcall` field, which `vectorcall_field` points at.
 unsafe impl FastCall for PyUnlock {
     #[inline]
-    fn call(&self, obj: *mut pyo3::ffi::PyObject) {
-        // Without the GIL: when the caller's reference is the object's only one, no other
-        // thread can be calling this `Unlock` nor start to, so its calls are serialized as
-        // the GIL serializes them, and a load and a store decide once-only without the
-        // swap's locked instruction (the common `unlock = lock.acquire(); unlock()`). Any
-        // other reference (a list, a closure, the `unlock_on_cancel` callback, a weak
-        // reference) makes it the swap.
-        #[cfg(Py_GIL_DISABLED)]
-        // SAFETY: attached (called by `call_unlock`), and `obj` is this object, which the
-        // caller holds (`FastCall::call`).
-        if unsafe { super::refcount::sole_reference_here(obj) } {
-            self.unlock.unlock_serialized();
-            return;
-        }
-        let _ = obj;
+    fn call(&self) {
         self.release();
     }
 

@@ -88,9 +88,8 @@ pub(crate) trait FastLookup: PyClass<Frozen = True> + Sync {
 /// Every object of the class stores `call_unlock::<Self>` in the field that
 /// `vectorcall_field` points at, at the same offset in every object.
 pub(crate) unsafe trait FastCall: PyClass<Frozen = True> + Sync {
-    /// The call, with no arguments, on `obj`, this object, to which the caller holds
-    /// a reference.
-    fn call(&self, obj: *mut ffi::PyObject);
+    /// The call, with no arguments.
+    fn call(&self);
 
     /// Where this object's entry point (`call_unlock::<Self>`) is stored.
     fn vectorcall_field(&self) -> *const ffi::vectorcallfunc;
@@ -525,7 +524,7 @@ pub(crate) unsafe extern "C" fn call_unlock<T: FastCall>(
     // SAFETY: `callable` is a live `T` (see the function's contract).
     let unlock = unsafe { Bound::ref_from_ptr(py, &callable).cast_unchecked::<T>() };
     guarded(py, || {
-        unlock.get().call(callable);
+        unlock.get().call();
         super::refcount::none(py)
     })
 }
