@@ -9,7 +9,7 @@
 //! | unlock = receive | [`LockView::unlock`]: one CAS, or hand-off through the queue |
 //! | `SharableLock`: a helper goroutine holds the slot while `readers > 0` | the reader-group count in the state word holds the slot; no thread |
 //! | `want`: the count of waiting writers | `WRITER_QUEUED`: set while an exclusive waiter is queued |
-//! | `UnlockFunc`, a once-only function | [`Unlock`]: one atomic swap |
+//! | `UnlockFunc`, a once-only function | [`Unlock`]: one atomic swap, or the release's own CAS for a hold with an id |
 //! | `UnlockOnCancel(ctx)` | [`Unlock::unlock_on_cancel`] |
 //! | `context.Context` with cause and deadline | [`CancelToken`] |
 //!

@@ -13,6 +13,7 @@ use std::task::Waker;
 use super::acquire;
 use super::cancel::CancelToken;
 use super::error::AcquireError;
+use super::hold_id;
 use super::raw::{Compete, Enqueued, Notify, RawLock};
 use super::slot::{Policy, Slot, SlotWaiter};
 use super::state::{readers, WRITER};
@@ -164,6 +165,28 @@ impl LockView {
         task.queued().then_some(task)
     }
 
+    /// Try once for an exclusive hold that gets a new id (invariant 7 in `state.rs`);
+    /// the id if taken. Only [`LockView::unlock_with_id`] with that id ends the hold, once
+    /// whoever races. Exclusive views only.
+    #[inline]
+    pub fn try_lock_with_id(&self) -> Option<usize> {
+        debug_assert_eq!(self.mode, Mode::Exclusive, "BUG: a hold id for a reader");
+        let id = hold_id::next();
+        self.slot.try_lock_with_id(id).then_some(id)
+    }
+
+    /// End the exclusive hold with id `id`, if it has not ended yet; true if this call
+    /// ended it.
+    #[inline]
+    pub fn unlock_with_id(&self, id: usize) -> bool {
+        self.slot.release_with_id(id)
+    }
+
+    /// Whether the exclusive hold with id `id` still holds the lock.
+    pub fn holds_id(&self, id: usize) -> bool {
+        self.slot.holds_id(id)
+    }
+
     /// Whether the slot is held in this view's mode.
     pub fn is_locked(&self) -> bool {
         let s = self.slot.state();
@@ -304,4 +327,129 @@ fn _assert_send_sync() {
     is::<LockView>();
     is::<CancelToken>();
     is::<Unlock<LockView>>();
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    //! An `Unlock` whose hold decides (`Hold::release_decides`): once-only without its
+    //! own swap, and the registration handshake over the lock's state word.
+
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Barrier};
+    use std::thread;
+
+    use super::{Lock, LockView};
+    use crate::core::cancel::{CancelToken, Reason};
+    use crate::core::unlock::{Hold, Unlock};
+
+    const ROUNDS: usize = if cfg!(miri) { 10 } else { 2_000 };
+
+    /// A hold as the Python binding keeps it without a GIL: an exclusive hold with an id,
+    /// whose release decides once-only.
+    struct WithId(LockView, usize);
+
+    impl Hold for WithId {
+        fn release(&self) -> bool {
+            self.0.unlock_with_id(self.1)
+        }
+
+        fn release_decides(&self) -> bool {
+            true
+        }
+
+        fn is_held(&self) -> bool {
+            self.0.holds_id(self.1)
+        }
+    }
+
+    fn unlock_with_id(view: &LockView) -> Unlock<WithId> {
+        let id = view.try_lock_with_id().expect("a free lock");
+        Unlock::new(WithId(view.clone(), id))
+    }
+
+    #[test]
+    fn an_unlock_whose_hold_decides_releases_once() {
+        let lock = Lock::new();
+        let unlock = unlock_with_id(lock.view());
+        assert!(!unlock.released());
+        assert!(unlock.unlock());
+        assert!(unlock.released());
+        assert!(!unlock.unlock());
+        assert!(lock.try_lock());
+        assert!(!unlock.unlock(), "a stale Unlock ended a later hold");
+        assert!(lock.is_locked());
+        assert!(lock.unlock());
+    }
+
+    #[test]
+    fn racing_calls_of_an_unlock_whose_hold_decides_release_once() {
+        let lock = Lock::new();
+        for _ in 0..ROUNDS {
+            let unlock = Arc::new(unlock_with_id(lock.view()));
+            let start = Arc::new(Barrier::new(2));
+            let calls: Vec<_> = (0..2)
+                .map(|_| {
+                    let (unlock, start) = (unlock.clone(), start.clone());
+                    thread::spawn(move || {
+                        start.wait();
+                        unlock.unlock()
+                    })
+                })
+                .collect();
+            let released: usize = calls
+                .into_iter()
+                .map(|c| usize::from(c.join().unwrap()))
+                .sum();
+            assert_eq!(released, 1);
+            assert!(unlock.released());
+            assert!(!lock.is_locked());
+        }
+    }
+
+    fn reason() -> Reason {
+        Arc::new("test")
+    }
+
+    #[test]
+    fn a_registration_of_an_unlock_whose_hold_decides_never_outlives_the_release() {
+        // Registered before the release, or after it, or racing it: once the Unlock has
+        // released, cancelling the token runs no callback.
+        for order in 0..3 {
+            for _ in 0..if order == 2 { ROUNDS } else { 1 } {
+                let lock = Lock::new();
+                let unlock = Arc::new(unlock_with_id(lock.view()));
+                let token = CancelToken::new(None);
+                let ran = Arc::new(AtomicBool::new(false));
+                let register = {
+                    let (unlock, token, ran) = (unlock.clone(), token.clone(), ran.clone());
+                    move || {
+                        let r = token
+                            .on_cancel(move |_| ran.store(true, Ordering::Relaxed))
+                            .expect("not cancelled yet");
+                        unlock.add_registration(r);
+                    }
+                };
+                match order {
+                    0 => {
+                        register();
+                        assert!(unlock.unlock());
+                    }
+                    1 => {
+                        assert!(unlock.unlock());
+                        register();
+                    }
+                    _ => {
+                        let t = thread::spawn(register);
+                        assert!(unlock.unlock());
+                        t.join().unwrap();
+                    }
+                }
+                token.cancel(reason());
+                assert!(
+                    !ran.load(Ordering::Relaxed),
+                    "a registration outlived the release"
+                );
+            }
+        }
+    }
 }

@@ -8,7 +8,8 @@
 //! - the seam every kind of lock plugs into, and the rules written once over it:
 //!   `error`, `raw` (the `RawLock` trait), `give_up`, `wait` (a thread's wait), `task` (a
 //!   task's wait), `acquire` (the argument rules), `unlock` (the once-only release);
-//! - the in-process slot: `waiter`, `queue`, `state`, `slot`;
+//! - the in-process slot: `waiter`, `queue`, `state`, `hold_id` (ids of exclusive holds),
+//!   `slot`;
 //! - the kinds of lock and the nouns on top: `lock` (`LockView` is the in-process kind),
 //!   `stats` (what `statistics()` reports);
 //! - named locks: `named` (the contract and the `Session` seam every scope implements),
@@ -31,6 +32,7 @@ pub(crate) mod file;
 pub(crate) mod file_table;
 pub mod fork;
 pub(crate) mod give_up;
+pub(crate) mod hold_id;
 pub mod lock;
 #[cfg(not(loom))]
 pub(crate) mod memory;

@@ -46,7 +46,8 @@ use std::time::Duration;
 use super::queue::{WaitQueue, WakeList};
 use super::raw::{RawWaiter, Status};
 use super::state::{
-    readers, slot_held, AWAY, ONE_READER, QUEUED, READERS_MASK, SCOPED, WRITER, WRITER_QUEUED,
+    readers, slot_held, AWAY, HOLD_ID_MASK, ONE_READER, QUEUED, READERS_MASK, SCOPED, WRITER,
+    WRITER_QUEUED,
 };
 use super::sync::Arc;
 use super::sync::{lock, AtomicU32, AtomicUsize, Mutex, Ordering};
@@ -155,10 +156,23 @@ impl Slot {
                 self.state
                     .compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
-                    || (self.policy == Policy::Barging && self.try_barge())
+                    || (self.policy == Policy::Barging && self.try_barge(0))
             }
             Mode::Shared => self.try_join_readers(),
         }
+    }
+
+    /// [`Slot::try_lock`] for an exclusive hold with the id `id` (invariant 7 in
+    /// `state.rs`; from `hold_id::next`), which only [`Slot::release_with_id`] with the
+    /// same id ends.
+    #[inline]
+    pub(crate) fn try_lock_with_id(&self, id: usize) -> bool {
+        debug_assert!(id != 0 && id & !HOLD_ID_MASK == 0, "BUG: not a hold id");
+        // ORDERING: Acquire on success, as in `try_lock`.
+        self.state
+            .compare_exchange(0, WRITER | id, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+            || (self.policy == Policy::Barging && self.try_barge(id))
     }
 
     /// [`Slot::try_lock`], the hold taken as scoped ([`Slot::scope_hold`]): for the
@@ -175,7 +189,7 @@ impl Slot {
                 {
                     return true;
                 }
-                self.policy == Policy::Barging && self.try_barge()
+                self.policy == Policy::Barging && self.try_barge(0)
             }
             Mode::Shared => self.try_join_readers(),
         };
@@ -185,16 +199,18 @@ impl Slot {
         taken
     }
 
-    /// Take a free slot even though waiters are queued (barging policy only).
+    /// Take a free slot even though waiters are queued (barging policy only), with the
+    /// hold id `id` (0: none).
     #[cold]
-    fn try_barge(&self) -> bool {
+    fn try_barge(&self, id: usize) -> bool {
         // ORDERING: Relaxed load; the CAS below is what takes the slot.
         let mut s = self.state.load(Ordering::Relaxed);
         while !slot_held(s) {
+            // A free slot has no readers, so the id's bits are clear.
             // ORDERING: Acquire as in `try_lock`.
             match self.state.compare_exchange_weak(
                 s,
-                s | WRITER,
+                s | WRITER | id,
                 Ordering::Acquire,
                 Ordering::Relaxed,
             ) {
@@ -245,7 +261,8 @@ impl Slot {
                     // so free the slot and leave the queue as it is (invariant 5). The
                     // CAS fails if the queue side changed the word meanwhile. (A scoped
                     // hold comes here claimed already; an exclusive release ends
-                    // `SCOPED` with `WRITER` all the same: invariant 6.)
+                    // `SCOPED` and the hold's id with `WRITER` all the same: invariants 6
+                    // and 7.)
                     // ORDERING: Release, as above.
                     Err(s)
                         if s & (AWAY | WRITER) == AWAY | WRITER
@@ -253,7 +270,7 @@ impl Slot {
                                 .state
                                 .compare_exchange(
                                     s,
-                                    s & !(WRITER | SCOPED),
+                                    s & !(WRITER | SCOPED | HOLD_ID_MASK),
                                     Ordering::Release,
                                     Ordering::Relaxed,
                                 )
@@ -285,6 +302,57 @@ impl Slot {
             }
         }
         self.release_slow(mode)
+    }
+
+    /// End the exclusive hold with the id `id` (taken by [`Slot::try_lock_with_id`]);
+    /// false, changing nothing, if it has ended already. Of any number of calls naming
+    /// one id, racing or not, one releases: the id is in the word the release's CAS
+    /// changes, and no later hold has it (invariant 7).
+    #[inline]
+    pub(crate) fn release_with_id(&self, id: usize) -> bool {
+        // ORDERING: Release publishes the critical section, as in `release`; SeqCst for
+        // the handshake an `Unlock` whose hold decides makes with a registration (see
+        // `Unlock`'s invariants; on x86-64 and aarch64 the same instruction).
+        match self
+            .state
+            .compare_exchange(WRITER | id, 0, Ordering::SeqCst, Ordering::Relaxed)
+        {
+            Ok(_) => true,
+            Err(s) => self.release_with_id_slow(id, s),
+        }
+    }
+
+    /// [`Slot::release_with_id`] past its one CAS: waiters queued, the head away, or the
+    /// hold gone. `s` is a recent read of the state word.
+    #[cold]
+    fn release_with_id_slow(&self, id: usize, mut s: usize) -> bool {
+        loop {
+            if s & (WRITER | HOLD_ID_MASK) != WRITER | id {
+                return false; // ended already: this call's, or a racing call's, release
+            }
+            if s & AWAY == 0 {
+                break;
+            }
+            // The head waiter is away: free the slot in one CAS, as `release` does
+            // (invariant 5). ORDERING: as in `release_with_id`.
+            match self.state.compare_exchange_weak(
+                s,
+                s & !(WRITER | SCOPED | HOLD_ID_MASK),
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(actual) => s = actual,
+            }
+        }
+        self.with_queue(|q, wake| self.settle(q, Some(Mode::Exclusive), id, wake))
+    }
+
+    /// Whether the exclusive hold with the id `id` still holds the slot (an `Unlock`'s
+    /// registration handshake: see `Unlock`'s invariants).
+    pub(crate) fn holds_id(&self, id: usize) -> bool {
+        // ORDERING: SeqCst, the other half of the handshake with `release_with_id`.
+        self.state.load(Ordering::SeqCst) & (WRITER | HOLD_ID_MASK) == WRITER | id
     }
 
     /// Take the free slot in `mode` by a store, for a caller that knows no other thread
@@ -356,8 +424,8 @@ impl Slot {
             Mode::Exclusive => {
                 let was = self.state.fetch_or(SCOPED, Ordering::Relaxed);
                 debug_assert!(
-                    was & (WRITER | SCOPED) == WRITER,
-                    "BUG: scope_hold without a fresh exclusive hold"
+                    was & (WRITER | SCOPED | HOLD_ID_MASK) == WRITER,
+                    "BUG: scope_hold without a fresh exclusive hold that has no id"
                 );
             }
             // ORDERING: Release: a `release_scoped` that sees this count sees (Acquire) the
@@ -417,7 +485,7 @@ impl Slot {
             }
             let away = s & AWAY != 0;
             let (new, order) = if away {
-                (s & !(WRITER | SCOPED), Ordering::Release)
+                (s & !(WRITER | SCOPED | HOLD_ID_MASK), Ordering::Release)
             } else {
                 (s & !SCOPED, Ordering::Relaxed)
             };
@@ -443,7 +511,7 @@ impl Slot {
     /// A release that must look at the queue (or finds the slot not held).
     #[cold]
     fn release_slow(&self, mode: Mode) -> bool {
-        self.with_queue(|q, wake| self.settle(q, Some(mode), wake))
+        self.with_queue(|q, wake| self.settle(q, Some(mode), 0, wake))
     }
 
     /// Run `f` under the queue mutex, then deliver the wake-ups it collected, after the
@@ -520,7 +588,7 @@ impl Slot {
                     w.set_status(ABANDONED);
                     // A RETRY waiter was the one chosen to compete for a free slot: passing
                     // on the baton is settle's job, as is clearing the QUEUED bits.
-                    self.settle(q, None, wake);
+                    self.settle(q, None, 0, wake);
                     true
                 }
             }
@@ -541,7 +609,7 @@ impl Slot {
                     let took = self.acquire_or_queue(q, w);
                     if took && was_queued {
                         // Out of the queue with the slot: make the QUEUED bits agree.
-                        self.settle(q, None, wake);
+                        self.settle(q, None, 0, wake);
                     }
                     took
                 }
@@ -552,16 +620,24 @@ impl Slot {
 
     /// Under the queue mutex: apply `release` (if any), run the grant policy, make the
     /// state word agree with the queue, then mark the grantees. Returns false if
-    /// `release` names a hold that does not exist (nothing is changed then).
-    fn settle(&self, q: &mut WaitQueue, release: Option<Mode>, wake: &mut WakeList) -> bool {
+    /// `release` names a hold that does not exist (nothing is changed then): with `id`
+    /// not 0, an exclusive release ends only the hold with that id.
+    fn settle(
+        &self,
+        q: &mut WaitQueue,
+        release: Option<Mode>,
+        id: usize,
+        wake: &mut WakeList,
+    ) -> bool {
         q.forget_threads_of_parent();
         // ORDERING: Relaxed load; the CAS below decides.
         let mut s = self.state.load(Ordering::Relaxed);
         let grant = loop {
             let freed = match release {
                 Some(Mode::Exclusive) if s & WRITER == 0 => return false,
+                Some(Mode::Exclusive) if id != 0 && s & HOLD_ID_MASK != id => return false,
                 Some(Mode::Shared) if readers(s) == 0 => return false,
-                Some(Mode::Exclusive) => s & !(WRITER | SCOPED),
+                Some(Mode::Exclusive) => s & !(WRITER | SCOPED | HOLD_ID_MASK),
                 Some(Mode::Shared) => s - ONE_READER,
                 None => s,
             };
@@ -592,13 +668,14 @@ impl Slot {
             if exclusive_left > 0 {
                 new |= WRITER_QUEUED;
             }
-            // ORDERING: AcqRel. Release publishes a releaser's critical section to the
-            // next fast-path acquirer, and (with the Release store of GRANTED) to the
-            // grantees; Acquire makes the previous holder's writes ours before we pass
-            // the slot on from an abandon.
+            // ORDERING: AcqRel at least. Release publishes a releaser's critical section
+            // to the next fast-path acquirer, and (with the Release store of GRANTED) to
+            // the grantees; Acquire makes the previous holder's writes ours before we pass
+            // the slot on from an abandon. SeqCst (the same instruction on x86-64 and
+            // aarch64) when it ends a hold with an id, as `release_with_id`'s CAS.
             match self
                 .state
-                .compare_exchange_weak(s, new, Ordering::AcqRel, Ordering::Relaxed)
+                .compare_exchange_weak(s, new, Ordering::SeqCst, Ordering::Relaxed)
             {
                 Ok(_) => break grant,
                 Err(actual) => s = actual,

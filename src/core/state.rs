@@ -17,6 +17,10 @@
 //!    0     |    0    |    1     |       0/1       |   0    | only in a barging `Lock`: a woken waiter is re-competing for the slot
 //!   0/1    |    0    |    1     |        1        |   1    | only in a barging `Lock`: the head waiter is away competing; release is one CAS
 //!
+//! While `WRITER` is set no reader holds the slot, and the reader-count bits carry the
+//! exclusive hold's id instead (`HOLD_ID_MASK`; 0 for a hold taken without one): the
+//! `readers` column reads 0 then.
+//!
 //! # Invariants
 //! 1. `WRITER` ⇒ readers == 0 (the slot has one holder: a writer or the reader group).
 //! 2. `QUEUED` ⇔ the wait queue is non-empty, and `WRITER_QUEUED` ⇔ it holds an
@@ -45,6 +49,14 @@
 //!    exclusive release that finds it anyway (a caller breaking that rule) clears it with
 //!    `WRITER`, so the implication holds on every path. The table's rows with `WRITER`
 //!    set hold with or without it.
+//! 7. With `WRITER` set, the bits of `HOLD_ID_MASK` are the exclusive hold's id (0:
+//!    none); with it clear, they are the reader count. An id is written only together
+//!    with `WRITER`, by the take's CAS (`Slot::try_lock_with_id`), and every change that
+//!    clears `WRITER` clears the id in the same CAS. Ids come from `hold_id::next`, which
+//!    never hands one out twice (for 2^59 of them), so a release that names an id
+//!    (`Slot::release_with_id`) finds its own hold or none: a second call of one `Unlock`
+//!    can never end a later hold, whoever races. A scoped hold never has an id (`SCOPED`
+//!    ⇒ id 0); nor does one handed over by the queue.
 
 /// The slot is held by one exclusive holder.
 pub(crate) const WRITER: usize = 1;
@@ -61,11 +73,17 @@ pub(crate) const SCOPED: usize = 1 << 4;
 pub(crate) const ONE_READER: usize = 1 << 5;
 /// The reader-group count.
 pub(crate) const READERS_MASK: usize = !(ONE_READER - 1);
+/// The exclusive hold's id, in the reader-count bits while `WRITER` is set (invariant 7).
+pub(crate) const HOLD_ID_MASK: usize = READERS_MASK;
 
-/// How many readers hold the slot.
+/// How many readers hold the slot (none while a writer does: its id is in those bits).
 #[inline]
 pub(crate) const fn readers(state: usize) -> usize {
-    state >> ONE_READER.trailing_zeros()
+    if state & WRITER != 0 {
+        0
+    } else {
+        state >> ONE_READER.trailing_zeros()
+    }
 }
 
 /// Whether anyone (a writer or the reader group) holds the slot.
@@ -92,5 +110,8 @@ mod tests {
         assert!(slot_held(WRITER | QUEUED));
         assert_eq!(readers(SCOPED | AWAY), 0);
         assert!(!slot_held(QUEUED | WRITER_QUEUED));
+        // An exclusive hold's id is no reader count.
+        assert_eq!(readers(WRITER | (7 * ONE_READER) | QUEUED), 0);
+        assert!(slot_held(WRITER | (7 * ONE_READER)));
     }
 }

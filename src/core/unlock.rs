@@ -1,7 +1,9 @@
 //! Unlock: the once-only release of one acquire (Go's `UnlockFunc`), for any kind of lock.
 //!
 //! Go builds it from a once-only function; a `sync.Once` would make a second caller
-//! wait for the first, while an unlock must never block, so it is one atomic swap here.
+//! wait for the first, while an unlock must never block, so it is one atomic swap here,
+//! or none at all when the hold's own release decides which call releases (an exclusive
+//! hold with an id: `Hold::release_decides`).
 //! What it releases is a [`Hold`]: one hold of some kind of lock, with room for what
 //! kinds beyond the in-process one carry (a fence number, a token cancelled when the
 //! hold is lost).
@@ -16,6 +18,21 @@ pub trait Hold: Send + Sync {
     /// Give the hold back; false if there was none (a kind that can lose a hold, a named
     /// lock whose manager closed, has none left).
     fn release(&self) -> bool;
+
+    /// Whether `release` itself succeeds for one call only, however many race (the hold
+    /// names itself in the lock's state: the in-process kind's exclusive hold with an
+    /// id). Then an [`Unlock`] needs no once-only swap of its own: the release decides.
+    /// Such a hold's release must be a sequentially consistent read-modify-write, and
+    /// `is_held` a sequentially consistent load of the same word (see `Unlock`'s
+    /// invariants).
+    fn release_decides(&self) -> bool {
+        false
+    }
+
+    /// Whether the hold has not ended yet; asked only when `release_decides`.
+    fn is_held(&self) -> bool {
+        true
+    }
 
     /// The fence number the lock issued with this hold (kinds that issue one, so that
     /// a resource can refuse a stale holder). The in-process kind issues none.
@@ -42,11 +59,16 @@ pub trait Hold: Send + Sync {
 ///
 /// # Invariants
 /// - `released` goes from false to true once, set by the one call that releases `hold`.
+///   When the hold decides (`Hold::release_decides`), the one call whose `release`
+///   succeeds sets it, after the release; otherwise the swap that sets it decides.
 /// - `has_registration` is set only after a registration is in `registrations`;
 ///   registrations are unregistered by the release, or by [`Unlock::add_registration`]
-///   if the release came first. Each side writes its own flag and then reads the
-///   other's (`released` then `has_registration`, and the reverse), all SeqCst, so at
-///   least one of them sees the other's write and no registration is left behind.
+///   if the release came first. Each side writes and then reads, all SeqCst, so at
+///   least one of them sees the other's write and no registration is left behind: the
+///   release writes `released` (or, when the hold decides, the lock's state, by the
+///   release's own read-modify-write) and then reads `has_registration`; a registration
+///   writes `has_registration` and then reads `released` (or the lock's state:
+///   `Hold::is_held`).
 /// - `registrations` is `None` until the first registration (most `Unlock`s never
 ///   have one, and dropping `None` costs nothing on the acquire/unlock path).
 pub struct Unlock<H: Hold> {
@@ -71,6 +93,9 @@ impl<H: Hold> Unlock<H> {
     /// Release if still held; true if this call released.
     #[inline]
     pub fn unlock(&self) -> bool {
+        if self.hold.release_decides() {
+            return self.unlock_decided_by_hold();
+        }
         // ORDERING: the swap decides which call releases (RMWs on one atomic have a
         // single order, so exactly one caller sees `false`); the release itself orders
         // the critical section. SeqCst for the flag handshake with `add_registration`
@@ -94,6 +119,26 @@ impl<H: Hold> Unlock<H> {
         }
         self.released.store(true, Ordering::Relaxed);
         self.release_claimed();
+        true
+    }
+
+    /// [`Unlock::unlock`] when the hold's release decides (`Hold::release_decides`): no
+    /// locked instruction but the release's own.
+    #[inline]
+    fn unlock_decided_by_hold(&self) -> bool {
+        // ORDERING: Relaxed: a shortcut for a call after a release it is ordered after
+        // (most second calls); a call that misses the flag is refused by the release.
+        if self.released.load(Ordering::Relaxed) || !self.hold.release() {
+            return false;
+        }
+        // ORDERING: Relaxed: one call gets here (the release decided); the flag reports,
+        // and orders nothing.
+        self.released.store(true, Ordering::Relaxed);
+        // ORDERING: SeqCst, after the release's SeqCst read-modify-write: the handshake
+        // with `add_registration` (see the invariants).
+        if self.has_registration.load(Ordering::SeqCst) {
+            self.unregister_all();
+        }
         true
     }
 
@@ -166,7 +211,12 @@ impl<H: Hold> Unlock<H> {
         // ORDERING: SeqCst store then SeqCst load: the handshake with the release,
         // which swaps `released` and then loads `has_registration` (see the invariants).
         self.has_registration.store(true, Ordering::SeqCst);
-        if self.released.load(Ordering::SeqCst) {
+        let ended = if self.hold.release_decides() {
+            !self.hold.is_held()
+        } else {
+            self.released.load(Ordering::SeqCst)
+        };
+        if ended {
             // Released meanwhile (from another thread): leave no callback behind.
             self.unregister_all();
         }

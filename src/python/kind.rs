@@ -19,8 +19,9 @@ use crate::core::stats::Statistics;
 use crate::core::unlock::Hold;
 use crate::core::waiter::Mode;
 
-/// A hold as its owner keeps it: 0 for the in-process kind; for a named lock, the
-/// fence, which also tells the hold apart.
+/// A hold as its owner keeps it: for the in-process kind, the exclusive hold's id (0:
+/// none; see `try_take_up`); for a named lock, the fence, which also tells the hold
+/// apart.
 pub(crate) type Held = u64;
 
 /// What became of a hold a `lost` token is asked for.
@@ -52,6 +53,16 @@ pub(crate) trait Kind: RawLock + Clone + 'static {
     }
     /// Release the hold of an `Unlock`; false if there is none any more.
     fn release_held(&self, held: Held) -> bool;
+    /// Whether `release_held(held)` succeeds for one call only, however many race (see
+    /// the core's `Hold::release_decides`).
+    #[inline]
+    fn release_decides(&self, _held: Held) -> bool {
+        false
+    }
+    /// Whether the hold `held` has not ended yet; asked only when `release_decides`.
+    fn is_held(&self, _held: Held) -> bool {
+        true
+    }
     /// The fence of a hold, for kinds that issue them.
     fn fence(&self, held: Held) -> Option<u64>;
     /// The hold's lost token, for kinds that can lose a hold.
@@ -87,14 +98,42 @@ impl Kind for LockView {
         Ok(0)
     }
 
+    /// Without a GIL, an `Unlock`'s exclusive hold taken at once gets an id (the core's
+    /// invariant 7), so that its release decides once-only and the `Unlock` needs no
+    /// swap of its own: two locked instructions per pair, as `PyMutex`. With a GIL the
+    /// GIL serializes the calls and the flag is a plain store, so no id is needed.
+    #[inline]
+    fn try_take_up(&self) -> Option<Result<Held, String>> {
+        #[cfg(Py_GIL_DISABLED)]
+        if LockView::mode(self) == Mode::Exclusive {
+            return LockView::try_lock_with_id(self).map(|id| Ok(id as Held));
+        }
+        RawLock::try_lock(self).then_some(Ok(0))
+    }
+
     #[inline]
     fn try_take_up_scoped(&self) -> Option<Result<Held, String>> {
         LockView::try_lock_scoped(self).then_some(Ok(0))
     }
 
+    /// `held` is the hold's id, or 0 for a hold without one (taken after a wait, or with
+    /// a GIL).
     #[inline]
-    fn release_held(&self, _: Held) -> bool {
-        LockView::unlock(self)
+    fn release_held(&self, held: Held) -> bool {
+        if held != 0 {
+            LockView::unlock_with_id(self, held as usize)
+        } else {
+            LockView::unlock(self)
+        }
+    }
+
+    #[inline]
+    fn release_decides(&self, held: Held) -> bool {
+        held != 0
+    }
+
+    fn is_held(&self, held: Held) -> bool {
+        LockView::holds_id(self, held as usize)
     }
 
     fn fence(&self, _: Held) -> Option<u64> {
@@ -138,6 +177,8 @@ pub(crate) trait DynKind: Send + Sync {
     fn mode(&self) -> Mode;
     fn take_up(&self, scoped: bool) -> Result<Held, String>;
     fn release_held(&self, held: Held) -> bool;
+    fn release_decides(&self, held: Held) -> bool;
+    fn is_held(&self, held: Held) -> bool;
     fn fence(&self, held: Held) -> Option<u64>;
     fn lost(&self, held: Held) -> Option<Lost>;
     fn tag_hold(&self, tag: u64);
@@ -187,6 +228,15 @@ impl<K: Kind> DynKind for K {
     #[inline]
     fn release_held(&self, held: Held) -> bool {
         Kind::release_held(self, held)
+    }
+
+    #[inline]
+    fn release_decides(&self, held: Held) -> bool {
+        Kind::release_decides(self, held)
+    }
+
+    fn is_held(&self, held: Held) -> bool {
+        Kind::is_held(self, held)
     }
 
     fn fence(&self, held: Held) -> Option<u64> {
@@ -324,12 +374,23 @@ impl Hold for OwnedHold {
     #[inline]
     fn release(&self) -> bool {
         let released = self.owner.kind().release_held(self.held);
-        if !released {
+        // A hold whose release decides ends without this call only by a racing call of
+        // the same `Unlock`: not lost.
+        if !released && !self.release_decides() {
             // ORDERING: see `ended_before_release`.
             self.ended_before
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         released
+    }
+
+    #[inline]
+    fn release_decides(&self) -> bool {
+        self.owner.kind().release_decides(self.held)
+    }
+
+    fn is_held(&self) -> bool {
+        self.owner.kind().is_held(self.held)
     }
 
     fn fence(&self) -> Option<u64> {

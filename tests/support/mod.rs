@@ -121,6 +121,16 @@ pub fn model<F: Fn() + Sync + Send + 'static>(name: &str, f: F) {
     check(name, loom::model::Builder::new(), f);
 }
 
+/// Run a loom model with the preemption bound `bound`, whatever `LOOM_MAX_PREEMPTIONS`
+/// says: for a model whose bug needs more preemptions than the default and that is
+/// still quick with them.
+#[cfg(loom)]
+pub fn model_bounded<F: Fn() + Sync + Send + 'static>(name: &str, bound: usize, f: F) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(bound);
+    check(name, builder, f);
+}
+
 /// Run a loom model of two threads with no preemption bound, whatever
 /// `LOOM_MAX_PREEMPTIONS` says: every interleaving, still in milliseconds.
 #[cfg(loom)]
