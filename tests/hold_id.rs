@@ -52,6 +52,27 @@ fn test_a_stale_id_never_ends_a_later_hold() {
 }
 
 #[test]
+fn test_no_id_but_one_taken_releases_anything() {
+    let rw = SharableLock::new();
+    assert_eq!(
+        rw.shared().try_lock_with_id(),
+        None,
+        "a reader's hold has no id"
+    );
+    assert!(!rw.shared().is_locked() && !rw.exclusive().is_locked());
+    for view in exclusive_views() {
+        assert!(view.try_lock());
+        assert!(!view.unlock_with_id(0), "id 0 ended a hold without one");
+        assert!(view.is_locked());
+        assert!(view.unlock());
+        let id = view.try_lock_with_id().unwrap();
+        assert!(!view.unlock_with_id(id | 1), "flag bits taken for an id");
+        assert!(view.holds_id(id));
+        assert!(view.unlock_with_id(id));
+    }
+}
+
+#[test]
 fn test_a_readers_release_never_touches_a_writers_id() {
     // The id sits in the bits of the reader count: a stray release of a reader must see
     // no readers there, and leave the id as it is.
@@ -70,9 +91,9 @@ fn test_a_readers_release_never_touches_a_writers_id() {
 
 #[test]
 fn test_a_hold_with_an_id_hands_over_to_a_waiter() {
-    // With a waiter queued the release goes through the queue, which must check the id
-    // too: the waiter gets the lock, and a second release of the first hold leaves the
-    // waiter's hold alone.
+    // With a waiter queued the release goes through the queue: the waiter gets the lock,
+    // and a second release of the first hold leaves the waiter's hold alone. (Racing
+    // releases that both reach the queue: the racing test below and the loom models.)
     for view in exclusive_views() {
         let id = view.try_lock_with_id().unwrap();
         let waiter = {

@@ -95,6 +95,36 @@ fn loom_racing_releases_of_one_id_an_owner_competing_later_and_a_barging_hold() 
 }
 
 #[test]
+fn loom_an_id_hold_barged_in_while_the_owner_is_away() {
+    // A hold with an id barges in while the woken owner is away (`AWAY`): its release
+    // takes the one-CAS branch, which must clear the id with `WRITER`, or the slot would
+    // read as held for good (found by leaving the id behind: a deadlock here).
+    model_bounded("id_hold_barged_in_while_away", PREEMPTIONS, || {
+        let lock = Lock::new();
+        let data = Arc::new(Guarded::default());
+        let first = lock.try_lock_with_id().unwrap();
+        let owner = {
+            let (lock, data) = (lock.clone(), data.clone());
+            thread::spawn(move || {
+                lock_competing_later(&lock, forever()).unwrap();
+                data.critical_section();
+                assert!(lock.unlock(), "the owner's hold was taken");
+            })
+        };
+        assert!(lock.unlock_with_id(first));
+        let barged = lock.try_lock_with_id();
+        if let Some(id) = barged {
+            data.critical_section();
+            assert!(lock.unlock_with_id(id));
+            assert!(!lock.unlock_with_id(id));
+        }
+        owner.join().unwrap();
+        assert_eq!(data.count(), 1 + usize::from(barged.is_some()));
+        assert!(!lock.is_locked());
+    });
+}
+
+#[test]
 fn loom_racing_releases_of_one_id_and_a_waiting_owner_fair() {
     // Hand-off: the release that ends the hold passes the slot on under the queue mutex.
     model_bounded("racing_id_releases_fair", PREEMPTIONS, || {

@@ -185,6 +185,65 @@ def test_an_unlock_called_by_its_maker_and_another_thread_through_one_partial_re
     assert not shared.locked()
 
 
+def test_an_unlock_called_by_its_maker_and_another_thread_never_ends_the_next_hold():
+    # The same race on a fair Lock, whose Unlock decides once-only by its hold's id on a
+    # free-threaded build. A third thread waits in the queue before the two calls, so
+    # the call that releases hands the lock straight to it: if the other call released
+    # too, it would end that thread's hold.
+    free_threaded = not getattr(sys, "_is_gil_enabled", lambda: True)()
+    rounds = 2_000 if free_threaded else 30
+    lock = Lock(fair=True)
+    box: list = [None]
+    turn = [0]
+    called = [0]
+    made_call = [0]
+    ended: list[int] = []
+    end = time.monotonic() + 60
+
+    def spin_until(cond) -> None:
+        spins = 0
+        while not cond():
+            spins += 1
+            if not spins & 0xFF:
+                if time.monotonic() > end:
+                    raise TimeoutError("the racing threads lost each other")
+                time.sleep(0)
+
+    def worker() -> None:
+        for i in range(1, rounds + 1):
+            spin_until(lambda i=i: turn[0] == i)
+            box[0]()
+            called[0] = i
+
+    for i in range(1, rounds + 1):
+        call = box[0] = functools.partial(lock.acquire(deadline=10))
+        queued = threading.Event()
+
+        def waiter(i=i) -> None:
+            queued.set()
+            got = lock.acquire(deadline=10)
+            spin_until(lambda: called[0] == i and made_call[0] == i)
+            if not lock.locked() or got.released:
+                ended.append(i)
+            got()
+
+        if i == 1:
+            threading.Thread(target=worker, daemon=True).start()
+        taker = threading.Thread(target=waiter, daemon=True)
+        taker.start()
+        assert queued.wait(10)
+        spin_until(lambda: lock.statistics().waiting == 1)
+        turn[0] = i
+        call()
+        made_call[0] = i
+        taker.join(10)
+        assert not taker.is_alive()
+        del call
+        box[0] = None
+    assert ended == [], f"a second call of one Unlock ended the next hold {len(ended)} times"
+    assert not lock.locked()
+
+
 # --- unlock_on_cancel -------------------------------------------------------------------------
 
 

@@ -3,11 +3,13 @@
 //! two racing calls releases.
 //!
 //! An id must never be handed out twice while a call that names it may still be running:
-//! a stale call would then end somebody else's hold. Here no id is handed out twice at all
-//! until 2^59 of them have been (centuries at any rate of acquires). Each thread takes its
-//! ids from a block of `BLOCK` consecutive ones that it reserved from a process-wide
-//! counter, so the common case is a thread-local increment, and the process-wide counter
-//! is touched once per `BLOCK` ids.
+//! a stale call would then end somebody else's hold. On a 64-bit target no id is handed
+//! out twice at all until 2^59 of them have been, or 2^43 blocks reserved (centuries at
+//! any rate of acquires, or of threads). Each thread takes its ids from a block of `BLOCK`
+//! consecutive ones that it reserved from a process-wide counter, so the common case is
+//! a thread-local increment, and the process-wide counter is touched once per `BLOCK`
+//! ids. On a 32-bit target the word has 27 bits for them, which a few thousand threads
+//! use up: callers use ids only on 64-bit targets (the Python binding does).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,8 +28,8 @@ thread_local! {
     static NEXT: Cell<u64> = const { Cell::new(0) };
 }
 
-/// A new id, already in the state word's `HOLD_ID_MASK` bits: never 0, and never equal to
-/// one handed out before (until 2^59 have been).
+/// A new id, already in the state word's `HOLD_ID_MASK` bits: on a 64-bit target never 0,
+/// and never equal to one handed out before (see the module's docs).
 #[inline]
 pub(crate) fn next() -> usize {
     NEXT.with(|next| {

@@ -167,16 +167,19 @@ impl LockView {
 
     /// Try once for an exclusive hold that gets a new id (invariant 7 in `state.rs`);
     /// the id if taken. Only [`LockView::unlock_with_id`] with that id ends the hold, once
-    /// whoever races. Exclusive views only.
+    /// whoever races. Exclusive views only (a reader's hold has no id: `None`), and only
+    /// on 64-bit targets, where ids are unique (see `hold_id`).
     #[inline]
     pub fn try_lock_with_id(&self) -> Option<usize> {
-        debug_assert_eq!(self.mode, Mode::Exclusive, "BUG: a hold id for a reader");
+        if self.mode != Mode::Exclusive || usize::BITS < 64 {
+            return None;
+        }
         let id = hold_id::next();
         self.slot.try_lock_with_id(id).then_some(id)
     }
 
     /// End the exclusive hold with id `id`, if it has not ended yet; true if this call
-    /// ended it.
+    /// ended it. False for anything but an id `try_lock_with_id` returned.
     #[inline]
     pub fn unlock_with_id(&self, id: usize) -> bool {
         self.slot.release_with_id(id)
@@ -382,11 +385,42 @@ mod tests {
     }
 
     #[test]
+    fn a_call_that_missed_the_released_flag_is_refused_by_the_id() {
+        // A second call that read `released` before the first call set it: modelled by a
+        // second `Unlock` of the same hold, whose flag is still false.
+        let lock = Lock::new();
+        let id = lock.try_lock_with_id().unwrap();
+        let first = Unlock::new(WithId(lock.view().clone(), id));
+        let second = Unlock::new(WithId(lock.view().clone(), id));
+        assert!(first.unlock());
+        assert!(lock.try_lock());
+        assert!(
+            !second.unlock(),
+            "a call that missed the flag ended a later hold"
+        );
+        assert!(
+            second.released(),
+            "a refused call reports the release it lost to"
+        );
+        assert!(lock.is_locked());
+        assert!(lock.unlock());
+    }
+
+    #[test]
     fn racing_calls_of_an_unlock_whose_hold_decides_release_once() {
+        // Two calls race while a third thread takes the lock as soon as it is free: one
+        // call releases, and the third's hold survives the other.
         let lock = Lock::new();
         for _ in 0..ROUNDS {
             let unlock = Arc::new(unlock_with_id(lock.view()));
-            let start = Arc::new(Barrier::new(2));
+            let start = Arc::new(Barrier::new(3));
+            let taker = {
+                let (lock, start) = (lock.clone(), start.clone());
+                thread::spawn(move || {
+                    start.wait();
+                    lock.lock(crate::core::lock::forever()).unwrap();
+                })
+            };
             let calls: Vec<_> = (0..2)
                 .map(|_| {
                     let (unlock, start) = (unlock.clone(), start.clone());
@@ -400,9 +434,11 @@ mod tests {
                 .into_iter()
                 .map(|c| usize::from(c.join().unwrap()))
                 .sum();
+            taker.join().unwrap();
             assert_eq!(released, 1);
             assert!(unlock.released());
-            assert!(!lock.is_locked());
+            assert!(lock.is_locked(), "the call that lost ended the next hold");
+            assert!(lock.unlock());
         }
     }
 

@@ -310,6 +310,9 @@ impl Slot {
     /// changes, and no later hold has it (invariant 7).
     #[inline]
     pub(crate) fn release_with_id(&self, id: usize) -> bool {
+        if id == 0 || id & !HOLD_ID_MASK != 0 {
+            return false; // no hold has that id (0 is "none"; other bits are no id)
+        }
         // ORDERING: Release publishes the critical section, as in `release`; SeqCst for
         // the handshake an `Unlock` whose hold decides makes with a registration (see
         // `Unlock`'s invariants; on x86-64 and aarch64 the same instruction).

@@ -22,7 +22,8 @@
 //! `readers` column reads 0 then.
 //!
 //! # Invariants
-//! 1. `WRITER` ⇒ readers == 0 (the slot has one holder: a writer or the reader group).
+//! 1. `WRITER` ⇒ no reader group (the slot has one holder: a writer or the reader
+//!    group); the reader-count bits are then the hold's id (invariant 7).
 //! 2. `QUEUED` ⇔ the wait queue is non-empty, and `WRITER_QUEUED` ⇔ it holds an
 //!    exclusive waiter. Both bits are set and cleared **only with the queue mutex held**;
 //!    the fast paths read them but never change them.

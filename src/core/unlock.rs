@@ -59,8 +59,9 @@ pub trait Hold: Send + Sync {
 ///
 /// # Invariants
 /// - `released` goes from false to true once, set by the one call that releases `hold`.
-///   When the hold decides (`Hold::release_decides`), the one call whose `release`
-///   succeeds sets it, after the release; otherwise the swap that sets it decides.
+///   When the hold decides (`Hold::release_decides`), it is set after the release, by
+///   the call whose `release` succeeded and by any that lost to it; otherwise the swap
+///   that sets it decides.
 /// - `has_registration` is set only after a registration is in `registrations`;
 ///   registrations are unregistered by the release, or by [`Unlock::add_registration`]
 ///   if the release came first. Each side writes and then reads, all SeqCst, so at
@@ -128,12 +129,17 @@ impl<H: Hold> Unlock<H> {
     fn unlock_decided_by_hold(&self) -> bool {
         // ORDERING: Relaxed: a shortcut for a call after a release it is ordered after
         // (most second calls); a call that misses the flag is refused by the release.
-        if self.released.load(Ordering::Relaxed) || !self.hold.release() {
+        if self.released.load(Ordering::Relaxed) {
             return false;
         }
-        // ORDERING: Relaxed: one call gets here (the release decided); the flag reports,
-        // and orders nothing.
+        let released = self.hold.release();
+        // Set by the caller that released and by one that lost the race as well, so that
+        // every call reports `released` once it returns. ORDERING: Relaxed: the flag
+        // reports, and orders nothing (the release did).
         self.released.store(true, Ordering::Relaxed);
+        if !released {
+            return false;
+        }
         // ORDERING: SeqCst, after the release's SeqCst read-modify-write: the handshake
         // with `add_registration` (see the invariants).
         if self.has_registration.load(Ordering::SeqCst) {

@@ -101,10 +101,11 @@ impl Kind for LockView {
     /// Without a GIL, an `Unlock`'s exclusive hold taken at once gets an id (the core's
     /// invariant 7), so that its release decides once-only and the `Unlock` needs no
     /// swap of its own: two locked instructions per pair, as `PyMutex`. With a GIL the
-    /// GIL serializes the calls and the flag is a plain store, so no id is needed.
+    /// GIL serializes the calls and the flag is a plain store, so no id is needed. Only
+    /// where a word has the 59 bits that make ids unique (64-bit targets).
     #[inline]
     fn try_take_up(&self) -> Option<Result<Held, String>> {
-        #[cfg(Py_GIL_DISABLED)]
+        #[cfg(all(Py_GIL_DISABLED, target_pointer_width = "64"))]
         if LockView::mode(self) == Mode::Exclusive {
             return LockView::try_lock_with_id(self).map(|id| Ok(id as Held));
         }

@@ -81,7 +81,8 @@ impl PyUnlock {
         {
             self.unlock.unlock_serialized()
         }
-        // Without the GIL, callers may race: the core's atomic swap decides.
+        // Without the GIL, callers may race: the core decides, by its atomic swap, or by
+        // the release itself for a hold with an id (`Kind::try_take_up`).
         #[cfg(Py_GIL_DISABLED)]
         {
             self.unlock.unlock()
