@@ -219,7 +219,7 @@ def test_an_unlock_called_by_its_maker_and_another_thread_never_ends_the_next_ho
         call = box[0] = functools.partial(lock.acquire(deadline=10))
         queued = threading.Event()
 
-        def waiter(i=i) -> None:
+        def waiter(i: int = i, queued: threading.Event = queued) -> None:
             queued.set()
             got = lock.acquire(deadline=10)
             spin_until(lambda: called[0] == i and made_call[0] == i)
