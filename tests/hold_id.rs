@@ -7,17 +7,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use ctxlock::{forever, Lock, LockView, SharableLock};
+mod support;
+
+use ctxlock::{forever, SharableLock};
+use support::exclusive_views;
 
 const ROUNDS: usize = if cfg!(miri) { 10 } else { 2_000 };
-
-fn exclusive_views() -> [LockView; 3] {
-    [
-        Lock::new().view().clone(),
-        Lock::fair().view().clone(),
-        SharableLock::new().exclusive().clone(),
-    ]
-}
 
 #[test]
 fn test_a_release_with_an_id_ends_its_own_hold_once() {

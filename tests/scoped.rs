@@ -6,15 +6,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 
-use ctxlock::{forever, Lock, LockView, SharableLock};
+mod support;
 
-fn exclusive_views() -> [LockView; 3] {
-    [
-        Lock::new().view().clone(),
-        Lock::fair().view().clone(),
-        SharableLock::new().exclusive().clone(),
-    ]
-}
+use ctxlock::{forever, Lock, SharableLock};
+use support::exclusive_views;
 
 #[test]
 fn test_unlock_scoped_never_releases_an_unscoped_hold() {

@@ -149,15 +149,7 @@ impl Slot {
     #[inline]
     pub(crate) fn try_lock(&self, mode: Mode) -> bool {
         match mode {
-            Mode::Exclusive => {
-                // ORDERING: Acquire on success pairs with the Release of the previous
-                // release, so its critical section happens-before ours. Failure reads
-                // nothing we rely on.
-                self.state
-                    .compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-                    || (self.policy == Policy::Barging && self.try_barge(0))
-            }
+            Mode::Exclusive => self.try_lock_writer(0),
             Mode::Shared => self.try_join_readers(),
         }
     }
@@ -168,7 +160,14 @@ impl Slot {
     #[inline]
     pub(crate) fn try_lock_with_id(&self, id: usize) -> bool {
         debug_assert!(id != 0 && id & !HOLD_ID_MASK == 0, "BUG: not a hold id");
-        // ORDERING: Acquire on success, as in `try_lock`.
+        self.try_lock_writer(id)
+    }
+
+    /// The uncontended exclusive acquire, the hold with the id `id` (0: none).
+    #[inline]
+    fn try_lock_writer(&self, id: usize) -> bool {
+        // ORDERING: Acquire on success pairs with the Release of the previous release, so
+        // its critical section happens-before ours. Failure reads nothing we rely on.
         self.state
             .compare_exchange(0, WRITER | id, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()

@@ -10,6 +10,8 @@ use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
 use ctxlock::{CancelToken, Reason, Wait};
+#[cfg(not(loom))]
+use ctxlock::{Lock, LockView, SharableLock};
 
 #[cfg(loom)]
 pub mod critical;
@@ -157,4 +159,15 @@ fn check<F: Fn() + Sync + Send + 'static>(name: &str, builder: loom::model::Buil
         iterations.load(Ordering::Relaxed),
         started.elapsed()
     );
+}
+
+/// A fresh exclusive view of each in-process kind: a barging `Lock`, a fair one, and a
+/// `SharableLock`'s exclusive view.
+#[cfg(not(loom))]
+pub fn exclusive_views() -> [LockView; 3] {
+    [
+        Lock::new().view().clone(),
+        Lock::fair().view().clone(),
+        SharableLock::new().exclusive().clone(),
+    ]
 }
