@@ -1059,12 +1059,19 @@ import os, sys, ctxlock
 url, marker = sys.argv[1], sys.argv[2]
 mgr = ctxlock.LockManager(url)
 
+PF_EXITING = 0x4  # set as a process starts to exit, before its files close
+
+
 def alive(pid):
+    # A killed process lets go of its locks as its files close, while it is still
+    # exiting and before it is a zombie: one whose exit has begun counts as dead.
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or the read
         return False
+    state, flags = fields[0], int(fields[6])
+    return state not in ("Z", "X") and not flags & PF_EXITING
 
 print("ready", flush=True)
 i = 0
