@@ -375,6 +375,13 @@ def test_quick_contended_and_drain_rows(tmp_path: Path) -> None:
             share = extra.get(f"{who}_smallest_share")
             assert share is None or 0 <= share <= 1, row
         assert "threads starved" in row["note"] and "share of the ops" in row["note"]
+        # The same loop in one thread, both locks: the part of the ratio that is not the
+        # contention's.
+        assert extra["ours_alone_ns"] > 0 and extra["anchor_alone_ns"] > 0, row
+        assert extra["alone_ratio"] == pytest.approx(
+            extra["ours_alone_ns"] / extra["anchor_alone_ns"]
+        )
+        assert "one thread alone" in row["note"], row["note"]
         if extra["ours_starved_threads"] > 0:
             assert row["status"] == "miss", row
     drain, extra = rows["drain_100"], rows["drain_100"]["extra"]

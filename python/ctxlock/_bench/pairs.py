@@ -23,6 +23,7 @@ def pair(
     *,
     compare_wait: bool = False,
     compare_waiters: bool = False,
+    alone: str | None = None,
 ) -> Measure:
     """A row measuring ``scenario`` with ctxlock against ``anchor``, ``ops(cfg)`` ops a run.
 
@@ -30,7 +31,9 @@ def pair(
     the longest single wait (the median over the repeats of each run's worst) must not
     exceed the anchor's, and no run of ctxlock may leave a thread starved (``Progress``).
     With ``compare_waiters`` (``drain_100``) the p90 of the waiters' own waits (the median
-    over the repeats of each run's p90) must not exceed the anchor's.
+    over the repeats of each run's p90) must not exceed the anchor's. ``alone`` names the
+    scenario of the same loop in one thread: both locks are timed in it too, interleaved,
+    and the note says what the ratio is with no contention.
     """
 
     def measure(row: Row, cfg: Config) -> RowResult:
@@ -64,6 +67,7 @@ def pair(
         control_starved = sum(s.starved for s in control_samples)
         threads = ours_samples[0].ops // n
         label = PEER_LABELS[anchor]
+        alone_note, alone_extra = _alone(alone, anchor, n, cfg)
         note = (
             f"longest single wait: ctxlock {format_value(our_wait, 'ns')}, "
             f"{label} {format_value(their_wait, 'ns')} (must not be longer); "
@@ -75,7 +79,7 @@ def pair(
             f"{label} {_share_text(their_share)}, no lock {_share_text(control_share)}; "
             f"threads starved (waiting, no op before all others finished) over "
             f"{cfg.repeat} runs: ctxlock {our_starved} (must be 0), {label} {their_starved}, "
-            f"no lock {control_starved}"
+            f"no lock {control_starved}{alone_note}"
         )
         extra = {
             "ours_longest_wait_ns": our_wait,
@@ -95,11 +99,35 @@ def pair(
             "ours_starved_threads": float(our_starved),
             "anchor_starved_threads": float(their_starved),
             "no_lock_starved_threads": float(control_starved),
+            **alone_extra,
         }
         also_ok = our_wait <= their_wait and our_starved == 0
         return row.result(ours_ns, their_ns, ratio, note=note, extra=extra, also_ok=also_ok)
 
     return measure
+
+
+def _alone(scenario: str | None, anchor: str, n: int, cfg: Config) -> tuple[str, dict[str, float]]:
+    """The note's part and the extra figures for ``scenario``, the contended loop run by
+    one thread alone (each lock ``n`` increments, interleaved): none without one."""
+    if scenario is None:
+        return "", {}
+    peers = SCENARIOS[scenario]
+    with peers[anchor]() as theirs, peers["ctxlock"]() as ours:
+        ours_samples, their_samples = interleave(ours, theirs, n, cfg.repeat)
+    ours_ns = median([s.per_op_ns for s in ours_samples])
+    their_ns = median([s.per_op_ns for s in their_samples])
+    note = (
+        f"; the same loop in one thread alone (no contention): ctxlock "
+        f"{format_value(ours_ns, 'ns/op')}, {PEER_LABELS[anchor]} "
+        f"{format_value(their_ns, 'ns/op')}, ratio {ours_ns / their_ns:.3g}"
+    )
+    extra = {
+        "ours_alone_ns": ours_ns,
+        "anchor_alone_ns": their_ns,
+        "alone_ratio": ours_ns / their_ns,
+    }
+    return note, extra
 
 
 def _smallest_share(samples: Sequence[Sample]) -> float | None:

@@ -34,7 +34,9 @@ over cost, so lower is better). The rows:
     starved threads are the GIL's): the longest wait, the thread switches per 1,000
     increments, the threads starved over all the runs, and the smallest thread's share of
     the increments acquired from the start until the first thread finished (the median
-    over the runs; fair is 50%).
+    over the runs; fair is 50%). It also has the same loop run by one thread alone, for
+    both locks (no contention: what each increment costs before threads compete), so
+    that the ratio's two parts can be told apart: the loop's own and the contention's.
 ``contended_4``
     The same with four threads (fair share 25%). Target <= 1.0.
 ``contended_2_acquire``
@@ -244,28 +246,40 @@ ROWS: Sequence[Row] = (
         "2 threads increment a counter under with lock:; ns per increment, longest wait",
         "threading.Lock",
         1.0,
-        pair("contended_2", "threading", _contended, compare_wait=True),
+        pair("contended_2", "threading", _contended, compare_wait=True, alone="contended_1"),
     ),
     Row(
         "contended_4",
         "4 threads increment a counter under with lock:; ns per increment, longest wait",
         "threading.Lock",
         1.0,
-        pair("contended_4", "threading", _contended, compare_wait=True),
+        pair("contended_4", "threading", _contended, compare_wait=True, alone="contended_1"),
     ),
     Row(
         "contended_2_acquire",
         "2 threads: u = acq(); counter += 1; u() vs acquire()/release(); longest wait",
         "threading.Lock",
         1.0,
-        pair("contended_2_acquire", "threading", _contended, compare_wait=True),
+        pair(
+            "contended_2_acquire",
+            "threading",
+            _contended,
+            compare_wait=True,
+            alone="contended_1_acquire",
+        ),
     ),
     Row(
         "contended_4_acquire",
         "4 threads: u = acq(); counter += 1; u() vs acquire()/release(); longest wait",
         "threading.Lock",
         1.0,
-        pair("contended_4_acquire", "threading", _contended, compare_wait=True),
+        pair(
+            "contended_4_acquire",
+            "threading",
+            _contended,
+            compare_wait=True,
+            alone="contended_1_acquire",
+        ),
     ),
     Row(
         "drain_100",

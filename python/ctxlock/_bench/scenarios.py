@@ -80,6 +80,15 @@ SCENARIOS: Mapping[str, Mapping[str, WorkloadFactory]] = {
         "aiologic": functools.partial(Contended, aiologic_lock, 2),
         "nolock": functools.partial(Contended, no_lock, 2, excludes=False),
     },
+    # The same loops in one thread: what the contended rows cost with no contention.
+    "contended_1": {
+        "ctxlock": functools.partial(Contended, ctxlock_lock, 1),
+        "threading": functools.partial(Contended, threading_lock, 1),
+    },
+    "contended_1_acquire": {
+        "ctxlock": functools.partial(CtxlockContendedAcquire, 1),
+        "threading": functools.partial(ThreadingContendedAcquire, 1),
+    },
     "contended_2_acquire": {
         "ctxlock": functools.partial(CtxlockContendedAcquire, 2),
         "threading": functools.partial(ThreadingContendedAcquire, 2),
