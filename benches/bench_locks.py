@@ -28,6 +28,8 @@ OPS: dict[str, int] = {
     "shared_with": 10_000,
     "contended_2": 2_000,
     "contended_4": 2_000,
+    "contended_1": 2_000,
+    "contended_1_acquire": 2_000,
     "contended_2_acquire": 2_000,
     "contended_4_acquire": 2_000,
     "drain_100": 100,

@@ -35,15 +35,14 @@ over cost, so lower is better). The rows:
     increments, the threads starved over all the runs, and the smallest thread's share of
     the increments acquired from the start until the first thread finished (the median
     over the runs; fair is 50%). It also has the same loop run by one thread alone, for
-    both locks (no contention: what each increment costs before threads compete), so
-    that the ratio's two parts can be told apart: the loop's own and the contention's.
+    both locks, and their ratio: with no contention, to compare with the contended one.
 ``contended_4``
     The same with four threads (fair share 25%). Target <= 1.0.
 ``contended_2_acquire``
     Two threads each do ``u = acq(); counter += 1; u()`` ``n`` times with
     ``acq = lock.acquire`` pre-bound, against a ``threading.Lock``'s pre-bound
     ``acquire(); counter += 1; release()``; ns per increment. Target <= 1.0, with the
-    longest-wait and progress conditions of ``contended_2``.
+    longest-wait and progress conditions of ``contended_2`` and its note's figures.
 ``contended_4_acquire``
     The same with four threads. Target <= 1.0.
 ``drain_100``
