@@ -37,14 +37,8 @@ def pair(
     """
 
     def measure(row: Row, cfg: Config) -> RowResult:
-        peers = SCENARIOS[scenario]
-        with peers[anchor]() as theirs, peers["ctxlock"]() as ours:
-            n = ops(cfg)
-            if n is None:
-                n = calibrate((ours, theirs), cfg.sample_ns)
-            ours_samples, their_samples = interleave(ours, theirs, n, cfg.repeat)
-        ours_ns = median([s.per_op_ns for s in ours_samples])
-        their_ns = median([s.per_op_ns for s in their_samples])
+        n, ours_samples, their_samples = _interleaved(scenario, anchor, ops(cfg), cfg)
+        ours_ns, their_ns = _per_op(ours_samples), _per_op(their_samples)
         ratio = ours_ns / their_ns
         if compare_waiters:
             return _waiters_result(row, anchor, ours_samples, their_samples, ours_ns, their_ns)
@@ -56,7 +50,7 @@ def pair(
         our_switches = median([1000 * s.switches / s.ops for s in ours_samples])
         their_switches = median([1000 * s.switches / s.ops for s in their_samples])
         # The control: the same loop with no lock at all (the GIL's own longest waits).
-        with peers["nolock"]() as control:
+        with SCENARIOS[scenario]["nolock"]() as control:
             control_samples = [timed(control, n) for _ in range(cfg.repeat)]
         control_wait = median([s.max_wait_ns for s in control_samples])
         our_share = _smallest_share(ours_samples)
@@ -107,16 +101,31 @@ def pair(
     return measure
 
 
+def _interleaved(
+    scenario: str, anchor: str, n: int | None, cfg: Config
+) -> tuple[int, list[Sample], list[Sample]]:
+    """``cfg.repeat`` interleaved samples of ``scenario`` with ctxlock and with ``anchor``,
+    ``n`` ops each (calibrated when None), and that ``n``."""
+    peers = SCENARIOS[scenario]
+    with peers[anchor]() as theirs, peers["ctxlock"]() as ours:
+        if n is None:
+            n = calibrate((ours, theirs), cfg.sample_ns)
+        ours_samples, their_samples = interleave(ours, theirs, n, cfg.repeat)
+    return n, ours_samples, their_samples
+
+
+def _per_op(samples: Sequence[Sample]) -> float:
+    """The median over the samples of the time per operation."""
+    return median([s.per_op_ns for s in samples])
+
+
 def _alone(scenario: str | None, anchor: str, n: int, cfg: Config) -> tuple[str, dict[str, float]]:
     """The note's part and the extra figures for ``scenario``, the contended loop run by
     one thread alone (each lock ``n`` increments, interleaved): none without one."""
     if scenario is None:
         return "", {}
-    peers = SCENARIOS[scenario]
-    with peers[anchor]() as theirs, peers["ctxlock"]() as ours:
-        ours_samples, their_samples = interleave(ours, theirs, n, cfg.repeat)
-    ours_ns = median([s.per_op_ns for s in ours_samples])
-    their_ns = median([s.per_op_ns for s in their_samples])
+    _, ours_samples, their_samples = _interleaved(scenario, anchor, n, cfg)
+    ours_ns, their_ns = _per_op(ours_samples), _per_op(their_samples)
     note = (
         f"; the same loop in one thread alone (no contention): ctxlock "
         f"{format_value(ours_ns, 'ns/op')}, {PEER_LABELS[anchor]} "
