@@ -1246,3 +1246,32 @@ fn test_settled_task_unregisters_from_its_token() {
         assert_free(&lock);
     }
 }
+
+#[test]
+fn test_hold_tags_count_per_tag_and_come_back_after_every_untag() {
+    // The embedding's tags (`async with` marks its hold with the loop's thread): each
+    // tag is counted, an untag takes one off, an untag of a tag no hold carries changes
+    // nothing, and the lock reads as untagged once every tag is off, however often the
+    // same lock is tagged and untagged again.
+    let lock = Lock::new();
+    assert!(!lock.has_tagged_hold(1));
+    for _ in 0..3 {
+        lock.tag_hold(1);
+        lock.tag_hold(1);
+        lock.tag_hold(2);
+        lock.untag_hold(3);
+        assert!(lock.has_tagged_hold(1) && lock.has_tagged_hold(2));
+        assert!(!lock.has_tagged_hold(3));
+        lock.untag_hold(1);
+        assert!(
+            lock.has_tagged_hold(1),
+            "one of tag 1's two holds is still tagged"
+        );
+        lock.untag_hold(2);
+        assert!(!lock.has_tagged_hold(2));
+        lock.untag_hold(1);
+        assert!(!lock.has_tagged_hold(1));
+        lock.untag_hold(1);
+        assert!(!lock.has_tagged_hold(1) && !lock.has_tagged_hold(2));
+    }
+}

@@ -103,10 +103,14 @@ pub(crate) struct Slot {
     /// blocking acquire that could never succeed). The core never reads them; touched only off the
     /// uncontended thread paths.
     /// Boxed and absent until the first tag: most locks are never held by a task, and
-    /// an empty `Vec` inline would cost every lock 24 bytes.
+    /// an empty `Vec` inline would cost every lock 24 bytes. Once made, kept (empty when
+    /// no hold is tagged) until `clear_tags`: a lock that a task takes by `async with`
+    /// once is usually taken so again, and making and freeing the box and its buffer on
+    /// every `async with` was two allocations and two frees each time.
     holder_tags: Mutex<Option<Box<HolderTags>>>,
     /// How many holds carry a tag: the sum of the counts in `holder_tags`, changed only
-    /// with its mutex held. Every contended blocking acquire asks whether its thread's
+    /// with its mutex held (so a load and a store change it: no other writer can come in
+    /// between). Every contended blocking acquire asks whether its thread's
     /// tag is on a hold (`has_tagged_hold`); while no hold is tagged, nearly always, one
     /// load answers, instead of a mutex that every waiting thread would take in turn.
     /// 32 bits: fewer holds than that exist at once (a lock is one of very many small
@@ -788,13 +792,17 @@ impl Slot {
     /// Attach `tag` to one hold (see `holder_tags`).
     pub(crate) fn tag_hold(&self, tag: u64) {
         let mut tags = lock(&self.holder_tags);
-        let tags = tags.get_or_insert_with(Box::default);
+        // Room for a few tags at once: one per event loop thread whose tasks hold the lock.
+        let tags = tags.get_or_insert_with(|| Box::new(Vec::with_capacity(2)));
         match tags.iter_mut().find(|(t, _)| *t == tag) {
             Some((_, n)) => *n += 1,
             None => tags.push((tag, 1)),
         }
-        // ORDERING: see `has_tagged_hold`; the mutex orders the changes among themselves.
-        self.tagged.fetch_add(1, Ordering::Relaxed);
+        // ORDERING: see `has_tagged_hold`. Every change of the count is made with the
+        // mutex held, so it orders them, and this plain load and store cannot lose
+        // another's change as an unlocked read-modify-write could.
+        self.tagged
+            .store(self.tagged.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 
     /// Take a tag attached by `tag_hold` off one hold; nothing if no hold carries it.
@@ -806,11 +814,9 @@ impl Slot {
             if tags[i].1 == 0 {
                 tags.swap_remove(i);
             }
-            // ORDERING: as in `tag_hold`.
-            self.tagged.fetch_sub(1, Ordering::Relaxed);
-        }
-        if tags.is_empty() {
-            *guard = None;
+            // ORDERING: as in `tag_hold`; the count is at least this hold's 1.
+            self.tagged
+                .store(self.tagged.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
         }
     }
 
