@@ -1,10 +1,12 @@
-"""The hand-written entry points of ``acquire``, ``__enter__``, ``__exit__``,
-``LockManager.lock`` and ``Unlock.__call__`` agree with the full ones, and the objects made
-on every acquire (``Unlock``, ``NamedLock``), made and freed without PyO3's constructor and
-deallocator, behave as any Python object.
+"""The hand-written entry points of ``acquire``, ``__enter__``, ``__exit__``, ``__aenter__``,
+``__aexit__``, ``LockManager.lock`` and ``Unlock.__call__`` agree with the full ones, and the
+objects made on every acquire (``Unlock``, ``NamedLock``), made and freed without PyO3's
+constructor and deallocator, behave as any Python object.
 
 ``acquire()`` and ``acquire(deadline=<number>)`` on a free lock, ``__enter__`` on a free lock,
-``__exit__`` with the three arguments a ``with`` statement passes, and every ``unlock()``, take a
+``__exit__`` with the three arguments a ``with`` statement passes, the same two of ``async with``
+on a lock that does not record who holds it (the awaitable they return is finished: its own
+``__await__`` and ``__next__`` slots), and every ``unlock()``, take a
 shorter path than PyO3's generated functions (see ``src/python/vectorcall.rs``); every other call
 is handed to the generated function. These tests pin the seam: each kind of call either side of
 it, on each class that has the shortcut.
@@ -12,6 +14,7 @@ it, on each class that has the shortcut.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import inspect
 import math
@@ -50,19 +53,26 @@ def test_every_fast_entry_point_is_installed() -> None:
     # A PyO3 upgrade that changes how methods are defined makes the module fall back to
     # PyO3's entry points silently (still correct, slower): this notices.
     assert sorted(_ctxlock._fast_calls) == [
+        "Lock.__aenter__",
+        "Lock.__aexit__",
         "Lock.__enter__",
         "Lock.__exit__",
         "Lock.acquire",
         "LockManager.lock",
+        "LockView.__aenter__",
+        "LockView.__aexit__",
         "LockView.__enter__",
         "LockView.__exit__",
         "LockView.acquire",
         "NamedLock (made and freed here)",
+        "NamedLock.__aenter__",
+        "NamedLock.__aexit__",
         "NamedLock.__enter__",
         "NamedLock.__exit__",
         "NamedLock.acquire",
         "Unlock (made and freed here)",
         "Unlock.__call__",
+        "_Ready.__await__ and __next__",
     ]
     have_vectorcall = 1 << 11  # Py_TPFLAGS_HAVE_VECTORCALL
     assert Unlock.__flags__ & have_vectorcall
@@ -186,6 +196,99 @@ def test_enter_and_exit_with_other_arguments_raise_the_generated_errors(
     # Keywords for the three go to the generated function, which releases too.
     lock.__exit__(_exc_type=None, _exc=None, _tb=None)  # type: ignore[call-arg]
     assert not lock.locked()
+
+
+@pytest.mark.parametrize("make", MAKERS, ids=IDS)
+def test_async_with_on_a_free_lock_holds_and_aexit_releases(make: Callable[[], Lock]) -> None:
+    lock = make()
+
+    async def main() -> None:
+        async with lock:
+            assert lock.locked()
+            assert lock.statistics().holders == 1
+        assert not lock.locked()
+        # The statement's exit, called again, finds no scoped hold: the generated error.
+        with pytest.raises(RuntimeError, match="not held by a with statement"):
+            await lock.__aexit__(None, None, None)
+        # The exception raised inside comes out, and the lock is free.
+        with pytest.raises(KeyError, match="mine"):
+            async with lock:
+                raise KeyError("mine")
+        assert not lock.locked()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("make", MAKERS, ids=IDS)
+def test_aenter_and_aexit_with_other_arguments_raise_the_generated_errors(
+    make: Callable[[], Lock],
+) -> None:
+    lock = make()
+    name = type(lock).__name__
+
+    async def main() -> None:
+        with pytest.raises(TypeError, match=rf"{name}.__aenter__\(\) takes no arguments"):
+            lock.__aenter__(1)  # type: ignore[call-arg]
+        assert not lock.locked()
+        await lock.__aenter__()
+        with pytest.raises(TypeError, match="missing 2 required positional arguments"):
+            lock.__aexit__(None)  # type: ignore[call-arg]
+        with pytest.raises(TypeError, match="unexpected keyword argument"):
+            lock.__aexit__(None, None, None, extra=1)  # type: ignore[call-arg]
+        assert lock.locked()
+        # Keywords for the three go to the generated function, which releases too.
+        await lock.__aexit__(_exc_type=None, _exc=None, _tb=None)  # type: ignore[call-arg]
+        assert not lock.locked()
+
+    asyncio.run(main())
+
+
+def test_aenter_on_a_held_lock_waits_for_the_release() -> None:
+    # The shortcut only takes a free lock; on a taken one the call goes to the generated
+    # __aenter__, whose awaitable waits.
+    lock = Lock()
+
+    async def main() -> None:
+        u = lock.acquire()
+        entered = asyncio.Event()
+
+        async def enter_and_leave() -> bool:
+            async with lock:
+                entered.set()
+                return lock.locked()
+
+        task = asyncio.create_task(enter_and_leave())
+        await asyncio.sleep(0.05)
+        assert not task.done() and not entered.is_set()
+        u()
+        assert await asyncio.wait_for(task, 10) is True
+        assert not lock.locked()
+
+    asyncio.run(main())
+
+
+def test_the_finished_awaitable_ends_at_once_with_none() -> None:
+    # What __aenter__ on a free lock and every __aexit__ return: its own iterator, which
+    # ends at once with None, whether reached through the slots (await, next) or by name.
+    lock = Lock()
+
+    async def main() -> None:
+        ready = lock.__aenter__()
+        assert lock.locked()
+        assert ready.__await__() is ready
+        assert type(ready).__await__(ready) is ready
+        with pytest.raises(StopIteration) as stopped:
+            next(ready)
+        assert stopped.value.value is None
+        with pytest.raises(StopIteration):
+            ready.__next__()
+        assert list(ready.__await__()) == []
+        assert await ready is None
+        assert await asyncio.ensure_future(ready) is None
+        assert await lock.__aexit__(None, None, None) is None
+        assert not lock.locked()
+
+    asyncio.run(main())
 
 
 def test_enter_on_a_held_lock_waits_for_the_release(spawn: Callable[..., Any]) -> None:

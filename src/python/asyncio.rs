@@ -41,7 +41,7 @@ use super::blocking::thread_ident;
 use super::cancel::PyCancelToken;
 use super::dealloc::exception_set_aside;
 use super::errors::to_pyerr;
-use super::kind::{Kind, Owner};
+use super::kind::{Held, Kind, Owner};
 use super::task_owner::TaskOwner;
 use super::unlock::PyUnlock;
 
@@ -77,15 +77,39 @@ pub(crate) fn enter<'py, K: Kind>(
         kind.try_take_up_scoped()
     };
     if let Some(taken) = taken {
-        super::acquire::taken_up(py, taken)?;
-        TaskOwner::set(kind);
-        return Ready::done(py);
+        return enter_taken(py, kind, taken);
     }
     let start = Step::Start {
         token: None,
         timeout: Timeout::NEVER,
     };
     Acquire::create(py, owner(), start, false)
+}
+
+/// `__aenter__`'s common case on its own, for the hand-written entry point
+/// (`vectorcall.rs`): a free lock of a kind that does not record who holds, with trio
+/// not imported, taken here. `None` in every other case, which [`enter`] then takes.
+#[inline]
+pub(crate) fn enter_free<'py, K: Kind>(
+    py: Python<'py>,
+    kind: &K,
+) -> Option<PyResult<Bound<'py, PyAny>>> {
+    if kind.names_owners() || !matches!(trio_loaded(py), Ok(false)) {
+        return None;
+    }
+    let taken = kind.try_take_up_scoped()?;
+    Some(enter_taken(py, kind, taken))
+}
+
+/// Take up a hold `async with` took at once, tag it as the current task's, and finish.
+fn enter_taken<'py, K: Kind>(
+    py: Python<'py>,
+    kind: &K,
+    taken: Result<Held, String>,
+) -> PyResult<Bound<'py, PyAny>> {
+    super::acquire::taken_up(py, taken)?;
+    TaskOwner::set(kind);
+    Ready::done(py)
 }
 
 /// `__aexit__`.

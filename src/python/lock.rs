@@ -44,6 +44,28 @@ macro_rules! lock_methods {
                     std::sync::OnceLock::new();
                 &GENERATED
             }
+
+            #[inline]
+            fn enter_async_free<'py>(lock: &Bound<'py, Self>) -> Option<PyResult<Bound<'py, PyAny>>> {
+                $crate::python::asyncio::enter_free(lock.py(), lock.get().kind())
+            }
+
+            #[inline]
+            fn exit_async<'py>(lock: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+                $crate::python::asyncio::exit(lock.py(), lock.get().kind())
+            }
+
+            fn generated_aenter() -> &'static std::sync::OnceLock<pyo3::ffi::PyCFunction> {
+                static GENERATED: std::sync::OnceLock<pyo3::ffi::PyCFunction> =
+                    std::sync::OnceLock::new();
+                &GENERATED
+            }
+
+            fn generated_aexit() -> &'static std::sync::OnceLock<pyo3::ffi::PyCFunctionFastWithKeywords> {
+                static GENERATED: std::sync::OnceLock<pyo3::ffi::PyCFunctionFastWithKeywords> =
+                    std::sync::OnceLock::new();
+                &GENERATED
+            }
         }
 
         #[pymethods]

@@ -91,9 +91,24 @@ fn install_fast_calls(py: Python<'_>) -> PyResult<Vec<&'static str>> {
             ["NamedLock.__enter__", "NamedLock.__exit__"],
             vectorcall::install_with::<named::PyNamedLock>(py)?,
         ),
+        (
+            ["Lock.__aenter__", "Lock.__aexit__"],
+            vectorcall::install_async_with::<lock::PyLock>(py)?,
+        ),
+        (
+            ["LockView.__aenter__", "LockView.__aexit__"],
+            vectorcall::install_async_with::<sharable::PyLockView>(py)?,
+        ),
+        (
+            ["NamedLock.__aenter__", "NamedLock.__aexit__"],
+            vectorcall::install_async_with::<named::PyNamedLock>(py)?,
+        ),
     ] {
         let done = names.into_iter().zip([entered, exited]);
         installed.extend(done.filter(|&(_, ok)| ok).map(|(name, _)| name));
+    }
+    if vectorcall::install_finished_awaitable::<asyncio::Ready>(py) {
+        installed.push("_Ready.__await__ and __next__");
     }
     if vectorcall::install_lookup::<named::PyLockManager>(py)? {
         installed.push("LockManager.lock");

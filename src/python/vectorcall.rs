@@ -67,6 +67,20 @@ pub(crate) trait FastAcquire: PyClass<Frozen = True> + Sync {
     /// The `__exit__` PyO3 generated, which takes calls with other arguments than three
     /// positional ones (and says what is wrong with them).
     fn generated_exit() -> &'static OnceLock<ffi::PyCFunctionFastWithKeywords>;
+
+    /// `__aenter__` when it takes a free lock at once (`asyncio::enter_free`); `None`
+    /// passes the call to the generated function.
+    fn enter_async_free<'py>(lock: &Bound<'py, Self>) -> Option<PyResult<Bound<'py, PyAny>>>;
+
+    /// `__aexit__(exc_type, exc, tb)`'s release (`asyncio::exit`).
+    fn exit_async<'py>(lock: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>>;
+
+    /// The `__aenter__` PyO3 generated (`METH_NOARGS`), which makes the waiting awaitable.
+    fn generated_aenter() -> &'static OnceLock<ffi::PyCFunction>;
+
+    /// The `__aexit__` PyO3 generated, for calls with other arguments than three
+    /// positional ones.
+    fn generated_aexit() -> &'static OnceLock<ffi::PyCFunctionFastWithKeywords>;
 }
 
 /// The manager class, whose `lock(name)` gets the hand-written entry point.
@@ -191,6 +205,55 @@ unsafe extern "C" fn exit<T: FastAcquire>(
     unsafe { installed(T::generated_exit())(slf, args, nargs, kwnames) }
 }
 
+/// `async with lock:`'s `__aenter__`: a free lock is taken here (`T::enter_async_free`);
+/// every other case goes to the generated function.
+///
+/// # Safety
+/// Called by CPython through a `METH_NOARGS` method descriptor of `T`'s type, with the
+/// thread attached.
+unsafe extern "C" fn aenter<T: FastAcquire>(
+    slf: *mut ffi::PyObject,
+    unused: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: this function's contract.
+    let (py, lock) = unsafe { receiver::<T>(&slf) };
+    let mut pass_on = false;
+    let entered = guarded(py, || match T::enter_async_free(lock) {
+        Some(result) => object_or_raise(py, result),
+        None => {
+            pass_on = true;
+            std::ptr::null_mut()
+        }
+    });
+    if !pass_on {
+        return entered;
+    }
+    // SAFETY: the generated function has this very signature and contract.
+    unsafe { installed(T::generated_aenter())(slf, unused) }
+}
+
+/// `__aexit__(exc_type, exc, tb)` as an `async with` statement calls it: the release
+/// here; any other arguments go to the generated function.
+///
+/// # Safety
+/// Called by CPython through a `METH_FASTCALL | METH_KEYWORDS` method descriptor of `T`'s
+/// type, with the thread attached.
+unsafe extern "C" fn aexit<T: FastAcquire>(
+    slf: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: this function's contract.
+    let (py, lock) = unsafe { receiver::<T>(&slf) };
+    // SAFETY: `kwnames` as CPython passes it to a fastcall method.
+    if nargs == 3 && unsafe { no_keywords(kwnames) } {
+        return guarded(py, || object_or_raise(py, T::exit_async(lock)));
+    }
+    // SAFETY: the generated function has this very signature and contract.
+    unsafe { installed(T::generated_aexit())(slf, args, nargs, kwnames) }
+}
+
 /// `manager.lock(name)`: one positional name that `T::lookup` takes here, every other
 /// call in the generated function.
 ///
@@ -254,6 +317,18 @@ fn none_or_raise<T>(py: Python<'_>, result: PyResult<T>) -> *mut ffi::PyObject {
             std::ptr::null_mut()
         }
     }
+}
+
+/// The object (a new reference), else the error raised (NULL).
+#[inline]
+fn object_or_raise(py: Python<'_>, result: PyResult<Bound<'_, PyAny>>) -> *mut ffi::PyObject {
+    result.map_or_else(
+        |e| {
+            e.restore(py);
+            std::ptr::null_mut()
+        },
+        Bound::into_ptr,
+    )
 }
 
 /// A generated function kept by `replace_method`, which stores it before it installs the
@@ -483,6 +558,102 @@ fn install_with_descriptors<T: FastAcquire>(py: Python<'_>) -> PyResult<(bool, b
 #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
 fn install_with_descriptors<T: FastAcquire>(_py: Python<'_>) -> PyResult<(bool, bool)> {
     Ok((false, false))
+}
+
+/// Replace `T.__aenter__` and `T.__aexit__` with descriptors of `aenter::<T>` and
+/// `aexit::<T>`, as [`install_with`] does for `with`.
+pub(crate) fn install_async_with<T: FastAcquire>(py: Python<'_>) -> PyResult<(bool, bool)> {
+    if !SUPPORTED {
+        return Ok((false, false));
+    }
+    install_async_with_descriptors::<T>(py)
+}
+
+#[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
+fn install_async_with_descriptors<T: FastAcquire>(py: Python<'_>) -> PyResult<(bool, bool)> {
+    let keep_aenter = |m: ffi::PyMethodDefPointer| {
+        // SAFETY: the flags checked by `replace_method` say this is the member in use.
+        let generated = unsafe { m.PyCFunction };
+        T::generated_aenter().set(generated).is_ok()
+    };
+    let entered = replace_method::<T>(
+        py,
+        "__aenter__",
+        ffi::METH_NOARGS,
+        ffi::PyMethodDefPointer {
+            PyCFunction: aenter::<T>,
+        },
+        keep_aenter,
+    )?;
+    let exited = replace_fastcall::<T>(py, "__aexit__", aexit::<T>, T::generated_aexit())?;
+    Ok((entered, exited))
+}
+
+#[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
+fn install_async_with_descriptors<T: FastAcquire>(_py: Python<'_>) -> PyResult<(bool, bool)> {
+    Ok((false, false))
+}
+
+/// Give `T`, an awaitable that is finished when made (`asyncio::Ready`), an `__await__`
+/// slot that returns the object itself and an `__next__` slot that ends the iteration
+/// at once with `None`, without PyO3's trampolines: `async with` on a free lock awaits
+/// one such object on entry and one on exit. The methods `T` declares stay as they are
+/// (calling `__await__` or `__next__` by name gives the same results through PyO3).
+/// False where the entry points are not supported or `T` lacks either slot.
+pub(crate) fn install_finished_awaitable<T: PyClass>(py: Python<'_>) -> bool {
+    if !SUPPORTED {
+        return false;
+    }
+    install_finished_slots::<T>(py)
+}
+
+#[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
+fn install_finished_slots<T: PyClass>(py: Python<'_>) -> bool {
+    let tp = py.get_type::<T>().as_type_ptr();
+    // SAFETY: reading fields of a live type object; a heap type's `tp_as_async` is NULL
+    // or points into the type object itself.
+    let has_both = unsafe {
+        (*tp).tp_iternext.is_some()
+            && !(*tp).tp_as_async.is_null()
+            && (*(*tp).tp_as_async).am_await.is_some()
+    };
+    if !has_both {
+        return false;
+    }
+    // SAFETY: the module is being initialised, attached, before any code can use the
+    // type; both slots keep their signatures, and `PyType_Modified` drops cached lookups.
+    unsafe {
+        (*(*tp).tp_as_async).am_await = Some(await_self);
+        (*tp).tp_iternext = Some(finished_next);
+        ffi::PyType_Modified(tp);
+    }
+    true
+}
+
+#[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
+fn install_finished_slots<T: PyClass>(_py: Python<'_>) -> bool {
+    false
+}
+
+/// `__await__` of a finished awaitable: the object itself, as its own iterator.
+///
+/// # Safety
+/// Called by CPython with a live object and the thread attached.
+#[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
+unsafe extern "C" fn await_self(slf: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    // SAFETY: a live object (the contract); the new reference is the result's.
+    unsafe { ffi::Py_INCREF(slf) };
+    slf
+}
+
+/// `__next__` of a finished awaitable: NULL with no exception set, which ends the
+/// iteration with the value `None` (as `return None` ends a coroutine).
+///
+/// # Safety
+/// Called by CPython with a live object and the thread attached.
+#[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
+unsafe extern "C" fn finished_next(_slf: *mut ffi::PyObject) -> *mut ffi::PyObject {
+    std::ptr::null_mut()
 }
 
 #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
