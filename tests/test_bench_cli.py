@@ -382,6 +382,16 @@ def test_quick_contended_and_drain_rows(tmp_path: Path) -> None:
             extra["ours_alone_ns"] / extra["anchor_alone_ns"]
         )
         assert "one thread alone" in row["note"], row["note"]
+        if key.endswith("_acquire"):
+            # And the anchor's loop in ctxlock's shape (its release called through a
+            # local), against ctxlock again: the interpreter's part of the comparison.
+            assert extra["anchor_shaped_alone_ns"] > 0 and extra["ours_alone_again_ns"] > 0
+            assert extra["shaped_alone_ratio"] == pytest.approx(
+                extra["ours_alone_again_ns"] / extra["anchor_shaped_alone_ns"]
+            )
+            assert "in ctxlock's loop shape" in row["note"], row["note"]
+        else:
+            assert "shaped_alone_ratio" not in extra, extra
         if extra["ours_starved_threads"] > 0:
             assert row["status"] == "miss", row
     drain, extra = rows["drain_100"], rows["drain_100"]["extra"]

@@ -136,6 +136,21 @@ def _alone(scenario: str | None, anchor: str, n: int, cfg: Config) -> tuple[str,
         "anchor_alone_ns": their_ns,
         "alone_ratio": ours_ns / their_ns,
     }
+    shaped = f"{anchor}_shaped"
+    if shaped in SCENARIOS[scenario]:
+        # The anchor's loop in ctxlock's shape, timed against ctxlock in rounds of its own.
+        _, ours_again, shaped_samples = _interleaved(scenario, shaped, n, cfg)
+        ours_again_ns, shaped_ns = _per_op(ours_again), _per_op(shaped_samples)
+        note += (
+            f"; {PEER_LABELS[shaped]} (u = release; acquire(); ...; u()), alone: ctxlock "
+            f"{format_value(ours_again_ns, 'ns/op')}, {PEER_LABELS[anchor]} "
+            f"{format_value(shaped_ns, 'ns/op')}, ratio {ours_again_ns / shaped_ns:.3g}"
+        )
+        extra |= {
+            "ours_alone_again_ns": ours_again_ns,
+            "anchor_shaped_alone_ns": shaped_ns,
+            "shaped_alone_ratio": ours_again_ns / shaped_ns,
+        }
     return note, extra
 
 

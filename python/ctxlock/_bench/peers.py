@@ -82,6 +82,7 @@ class Unavailable(PeerMissing):
 PEER_LABELS: Mapping[str, str] = {
     "ctxlock": "ctxlock",
     "threading": "threading.Lock",
+    "threading_shaped": "threading.Lock in ctxlock's loop shape",
     "asyncio": "asyncio.Lock",
     "aiologic": "aiologic.Lock",
     "readerwriterlock": "RWLockFair reader",

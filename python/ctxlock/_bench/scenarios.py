@@ -41,6 +41,7 @@ from ctxlock._bench.threads import (
     Drain,
     NoLockContendedAcquire,
     ThreadingContendedAcquire,
+    ThreadingShapedAcquire,
 )
 from ctxlock._bench.workload import Workload
 
@@ -88,6 +89,7 @@ SCENARIOS: Mapping[str, Mapping[str, WorkloadFactory]] = {
     "contended_1_acquire": {
         "ctxlock": functools.partial(CtxlockContendedAcquire, 1),
         "threading": functools.partial(ThreadingContendedAcquire, 1),
+        "threading_shaped": functools.partial(ThreadingShapedAcquire, 1),
     },
     "contended_2_acquire": {
         "ctxlock": functools.partial(CtxlockContendedAcquire, 2),

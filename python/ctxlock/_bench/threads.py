@@ -24,6 +24,7 @@ __all__ = [
     "NoLockContendedAcquire",
     "Progress",
     "ThreadingContendedAcquire",
+    "ThreadingShapedAcquire",
     "progress",
 ]
 
@@ -211,6 +212,32 @@ class ThreadingContendedAcquire(_ContendedBase):
             a = clock()
             counter[0] += 1
             rel()
+            before(b)
+            after(a)
+
+
+class ThreadingShapedAcquire(ThreadingContendedAcquire):
+    """The same ``threading.Lock`` loop in the shape of ctxlock's: the release is called
+    through a local set on every operation, ``u = release; acquire(); …; u()``, as
+    ``u = acq(); …; u()`` does. A control for the interpreter's part of the comparison:
+    on CPython 3.14 that shape alone costs ``threading.Lock``'s loop several ns per
+    operation (BENCHMARKS.md)."""
+
+    def _loop(
+        self,
+        n: int,
+        counter: list[int],
+        before: Callable[[int], None],
+        after: Callable[[int], None],
+    ) -> None:
+        acq, rel, clock = self._acquire, self._release, perf_counter_ns
+        for _ in repeat(None, n):
+            b = clock()
+            u = rel
+            acq()
+            a = clock()
+            counter[0] += 1
+            u()
             before(b)
             after(a)
 
