@@ -65,8 +65,6 @@ def test_every_fast_entry_point_is_installed() -> None:
         "LockView.__exit__",
         "LockView.acquire",
         "NamedLock (made and freed here)",
-        "NamedLock.__aenter__",
-        "NamedLock.__aexit__",
         "NamedLock.__enter__",
         "NamedLock.__exit__",
         "NamedLock.acquire",
@@ -289,6 +287,26 @@ def test_the_finished_awaitable_ends_at_once_with_none() -> None:
         assert not lock.locked()
 
     asyncio.run(main())
+
+
+@pytest.mark.skipif(sys.implementation.name != "cpython", reason="CPython's reference counts")
+def test_async_with_gives_back_every_reference_it_takes() -> None:
+    # The finished awaitable is one shared object: a slot that returned it without a
+    # new reference, or an entry point that kept one, would move its count.
+    lock = Lock()
+
+    async def main() -> tuple[int, int]:
+        ready = lock.__aenter__()
+        await ready
+        await lock.__aexit__(None, None, None)
+        before = (sys.getrefcount(ready), sys.getrefcount(lock))
+        for _ in range(1000):
+            async with lock:
+                pass
+        return before[0] - sys.getrefcount(ready), before[1] - sys.getrefcount(lock)
+
+    assert asyncio.run(main()) == (0, 0)
+    assert not lock.locked()
 
 
 def test_enter_on_a_held_lock_waits_for_the_release(spawn: Callable[..., Any]) -> None:

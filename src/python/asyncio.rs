@@ -94,8 +94,14 @@ pub(crate) fn enter_free<'py, K: Kind>(
     py: Python<'py>,
     kind: &K,
 ) -> Option<PyResult<Bound<'py, PyAny>>> {
-    if kind.names_owners() || !matches!(trio_loaded(py), Ok(false)) {
+    if kind.names_owners() {
         return None;
+    }
+    match trio_loaded(py) {
+        Ok(false) => {}
+        Ok(true) => return None,
+        // Raised here, as the full `enter` would: the error is not dropped.
+        Err(e) => return Some(Err(e)),
     }
     let taken = kind.try_take_up_scoped()?;
     Some(enter_taken(py, kind, taken))

@@ -8,8 +8,8 @@ use super::unlock::PyUnlock;
 
 /// The members `Lock`, `LockView` and `NamedLock` share, generated for each class (a
 /// `#[pymethods]` block cannot be inherited, and a Python base class would make the views
-/// subclassable), and their hand-written `acquire`, `__enter__` and `__exit__` entry points
-/// (`vectorcall.rs`). Each class
+/// subclassable), and their hand-written `acquire`, `__enter__`, `__exit__`, `__aenter__`
+/// and `__aexit__` entry points (`vectorcall.rs`). Each class
 /// has its own `__reduce__`: a named lock of a shared scope pickles, the others do not.
 macro_rules! lock_methods {
     ($class:ident($kind:ty) { $($extra:tt)* }) => {

@@ -99,10 +99,8 @@ fn install_fast_calls(py: Python<'_>) -> PyResult<Vec<&'static str>> {
             ["LockView.__aenter__", "LockView.__aexit__"],
             vectorcall::install_async_with::<sharable::PyLockView>(py)?,
         ),
-        (
-            ["NamedLock.__aenter__", "NamedLock.__aexit__"],
-            vectorcall::install_async_with::<named::PyNamedLock>(py)?,
-        ),
+        // Not `NamedLock`'s: its holds record their task (`query()`), which takes calls
+        // into asyncio that the generated functions make with PyO3's attach count.
     ] {
         let done = names.into_iter().zip([entered, exited]);
         installed.extend(done.filter(|&(_, ok)| ok).map(|(name, _)| name));

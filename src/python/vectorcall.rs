@@ -1,5 +1,5 @@
 //! Hand-written CPython entry points for the calls of `unlock = lock.acquire(); unlock()`,
-//! `with lock:` and `mgr.lock(name)`.
+//! `with lock:`, `async with lock:` and `mgr.lock(name)`.
 //!
 //! PyO3 wraps every call in a trampoline (attach count, panic guard), parses arguments
 //! through a generic description, and wires `__call__` to `tp_call`, so `unlock()` builds
@@ -16,14 +16,22 @@
 //! - `__enter__` and `__exit__` of the same classes take a free lock and release a
 //!   `with`'s hold themselves, and `LockManager.lock` makes the handle of a name given
 //!   as one positional `str`; every other call goes to the generated function.
+//! - `__aenter__` and `__aexit__` of `Lock` and the views do the same for `async with`:
+//!   a free lock taken, tagged with the loop's thread (`task_owner.rs`) and answered
+//!   with the finished awaitable; the release with three positional arguments. Not
+//!   `NamedLock`'s, whose holds record their asyncio task (calls into Python).
+//! - The finished awaitable (`asyncio::Ready`) gets `am_await` and `tp_iternext` slots
+//!   that return itself and end at once: two of them are awaited per `async with`.
 //! - `Unlock` gets a vectorcall slot: each object carries the function pointer, and the
 //!   type's `tp_vectorcall_offset` points at it. `tp_call` stays PyO3's, for callers that
 //!   use `PyObject_Call`.
 //!
 //! Without PyO3's attach count these functions must not drop a `Py<T>` (it would be
-//! deferred to PyO3's pool, still correct but late): they only compare-and-swap, create
-//! an object and release. The release attaches itself where it drops Python references
-//! (the `Unlock`'s registrations, `kind::Owner`; the asyncio doorbell).
+//! deferred to PyO3's pool, still correct but late): they compare-and-swap, read
+//! `sys.modules` (borrowed), take a tag's mutex, create or return an object, release,
+//! and hand back errors as raised exceptions, never dropping one. The release attaches
+//! itself where it drops Python references (the `Unlock`'s registrations,
+//! `kind::Owner`; the asyncio doorbell).
 //!
 //! Generic over the classes ([`FastAcquire`], [`FastLookup`], [`FastCall`]); `mod.rs`
 //! says which classes get them. CPython only: the entry points need the non-limited API
@@ -707,7 +715,7 @@ fn guarded(py: Python<'_>, body: impl FnOnce() -> *mut ffi::PyObject) -> *mut ff
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
         Ok(result) => result,
         Err(_) => {
-            pyo3::panic::PanicException::new_err("ctxlock: a Rust panic in acquire() or unlock()")
+            pyo3::panic::PanicException::new_err("ctxlock: a Rust panic in a hand-written entry point (acquire, unlock, with, async with or lock(name))")
                 .restore(py);
             std::ptr::null_mut()
         }

@@ -44,8 +44,8 @@ over cost, so lower is better). The rows:
     ``acquire(); counter += 1; release()``; ns per increment. Target <= 1.0, with the
     longest-wait and progress conditions of ``contended_2`` and its note's figures. The
     note also times, in one thread alone, ``threading.Lock``'s loop in the shape of
-    ctxlock's (``u = release; acquire(); counter += 1; u()``) against ctxlock's: what
-    the interpreter charges for that shape, whatever the lock.
+    ctxlock's (``u = release; acquire(); counter += 1; u()``, its bound methods made by
+    the looping thread) against ctxlock's: what the interpreter charges for that shape.
 ``contended_4_acquire``
     The same with four threads. Target <= 1.0.
 ``drain_100``

@@ -195,6 +195,7 @@ class ThreadingContendedAcquire(_ContendedBase):
     def __init__(self, threads: int = 4) -> None:
         super().__init__(threads, True)
         lock = threading.Lock()
+        self._lock = lock
         self._acquire = lock.acquire
         self._release = lock.release
 
@@ -219,9 +220,11 @@ class ThreadingContendedAcquire(_ContendedBase):
 class ThreadingShapedAcquire(ThreadingContendedAcquire):
     """The same ``threading.Lock`` loop in the shape of ctxlock's: the release is called
     through a local set on every operation, ``u = release; acquire(); …; u()``, as
-    ``u = acq(); …; u()`` does. A control for the interpreter's part of the comparison:
-    on CPython 3.14 that shape alone costs ``threading.Lock``'s loop several ns per
-    operation (BENCHMARKS.md)."""
+    ``u = acq(); …; u()`` does. A control for the interpreter's part of the comparison
+    (BENCHMARKS.md, "Three interpreters"). The bound methods are made by the looping
+    thread itself, as ctxlock's ``Unlock`` is: on a free-threaded build, storing a
+    reference to an object another thread made is an atomic count, which would charge the
+    control for more than the shape."""
 
     def _loop(
         self,
@@ -230,7 +233,7 @@ class ThreadingShapedAcquire(ThreadingContendedAcquire):
         before: Callable[[int], None],
         after: Callable[[int], None],
     ) -> None:
-        acq, rel, clock = self._acquire, self._release, perf_counter_ns
+        acq, rel, clock = self._lock.acquire, self._lock.release, perf_counter_ns
         for _ in repeat(None, n):
             b = clock()
             u = rel
