@@ -27,24 +27,6 @@ macro_rules! lock_methods {
                 Ok($crate::python::freelist::new_object(lock.py(), PyUnlock::new(owner, held))?.into_any())
             }
 
-            fn generated() -> &'static std::sync::OnceLock<pyo3::ffi::PyCFunctionFastWithKeywords> {
-                static GENERATED: std::sync::OnceLock<pyo3::ffi::PyCFunctionFastWithKeywords> =
-                    std::sync::OnceLock::new();
-                &GENERATED
-            }
-
-            fn generated_enter() -> &'static std::sync::OnceLock<pyo3::ffi::PyCFunction> {
-                static GENERATED: std::sync::OnceLock<pyo3::ffi::PyCFunction> =
-                    std::sync::OnceLock::new();
-                &GENERATED
-            }
-
-            fn generated_exit() -> &'static std::sync::OnceLock<pyo3::ffi::PyCFunctionFastWithKeywords> {
-                static GENERATED: std::sync::OnceLock<pyo3::ffi::PyCFunctionFastWithKeywords> =
-                    std::sync::OnceLock::new();
-                &GENERATED
-            }
-
             #[inline]
             fn enter_async_free<'py>(lock: &Bound<'py, Self>) -> Option<PyResult<Bound<'py, PyAny>>> {
                 $crate::python::asyncio::enter_free(lock.py(), lock.get().kind())
@@ -55,15 +37,9 @@ macro_rules! lock_methods {
                 $crate::python::asyncio::exit(lock.py(), lock.get().kind())
             }
 
-            fn generated_aenter() -> &'static std::sync::OnceLock<pyo3::ffi::PyCFunction> {
-                static GENERATED: std::sync::OnceLock<pyo3::ffi::PyCFunction> =
-                    std::sync::OnceLock::new();
-                &GENERATED
-            }
-
-            fn generated_aexit() -> &'static std::sync::OnceLock<pyo3::ffi::PyCFunctionFastWithKeywords> {
-                static GENERATED: std::sync::OnceLock<pyo3::ffi::PyCFunctionFastWithKeywords> =
-                    std::sync::OnceLock::new();
+            fn generated() -> &'static $crate::python::vectorcall::Generated {
+                static GENERATED: $crate::python::vectorcall::Generated =
+                    $crate::python::vectorcall::Generated::new();
                 &GENERATED
             }
         }

@@ -66,16 +66,6 @@ pub(crate) trait FastAcquire: PyClass<Frozen = True> + Sync {
     /// The `Unlock` of a hold just taken through `lock`.
     fn acquired<'py>(lock: &Bound<'py, Self>, held: Held) -> PyResult<Bound<'py, PyAny>>;
 
-    /// The `acquire` PyO3 generated, which takes every call the fast path does not.
-    fn generated() -> &'static OnceLock<ffi::PyCFunctionFastWithKeywords>;
-
-    /// The `__enter__` PyO3 generated (`METH_NOARGS`), which waits when the lock is taken.
-    fn generated_enter() -> &'static OnceLock<ffi::PyCFunction>;
-
-    /// The `__exit__` PyO3 generated, which takes calls with other arguments than three
-    /// positional ones (and says what is wrong with them).
-    fn generated_exit() -> &'static OnceLock<ffi::PyCFunctionFastWithKeywords>;
-
     /// `__aenter__` when it takes a free lock at once (`asyncio::enter_free`); `None`
     /// passes the call to the generated function.
     fn enter_async_free<'py>(lock: &Bound<'py, Self>) -> Option<PyResult<Bound<'py, PyAny>>>;
@@ -83,12 +73,34 @@ pub(crate) trait FastAcquire: PyClass<Frozen = True> + Sync {
     /// `__aexit__(exc_type, exc, tb)`'s release (`asyncio::exit`).
     fn exit_async<'py>(lock: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>>;
 
-    /// The `__aenter__` PyO3 generated (`METH_NOARGS`), which makes the waiting awaitable.
-    fn generated_aenter() -> &'static OnceLock<ffi::PyCFunction>;
+    /// The class's own functions PyO3 generated, kept for the calls passed on.
+    fn generated() -> &'static Generated;
+}
 
-    /// The `__aexit__` PyO3 generated, for calls with other arguments than three
-    /// positional ones.
-    fn generated_aexit() -> &'static OnceLock<ffi::PyCFunctionFastWithKeywords>;
+/// The functions PyO3 generated for one lock class, each kept by `replace_method` when
+/// its hand-written entry point is installed: they take every call the entry point does
+/// not (and own every error and every wait).
+pub(crate) struct Generated {
+    pub(crate) acquire: OnceLock<ffi::PyCFunctionFastWithKeywords>,
+    /// `METH_NOARGS`; waits when the lock is taken.
+    pub(crate) enter: OnceLock<ffi::PyCFunction>,
+    /// Takes calls with other arguments than three positional ones.
+    pub(crate) exit: OnceLock<ffi::PyCFunctionFastWithKeywords>,
+    /// `METH_NOARGS`; makes the waiting awaitable.
+    pub(crate) aenter: OnceLock<ffi::PyCFunction>,
+    pub(crate) aexit: OnceLock<ffi::PyCFunctionFastWithKeywords>,
+}
+
+impl Generated {
+    pub(crate) const fn new() -> Generated {
+        Generated {
+            acquire: OnceLock::new(),
+            enter: OnceLock::new(),
+            exit: OnceLock::new(),
+            aenter: OnceLock::new(),
+            aexit: OnceLock::new(),
+        }
+    }
 }
 
 /// The manager class, whose `lock(name)` gets the hand-written entry point.
@@ -162,7 +174,7 @@ unsafe extern "C" fn acquire<T: FastAcquire>(
             return std::ptr::null_mut();
         }
         // SAFETY: the generated function has this very signature and contract.
-        unsafe { installed(T::generated())(slf, args, nargs, kwnames) }
+        unsafe { installed(&T::generated().acquire)(slf, args, nargs, kwnames) }
     })
 }
 
@@ -185,7 +197,7 @@ unsafe extern "C" fn enter<T: FastAcquire>(
             return none_or_raise(py, super::acquire::taken_up(py, taken));
         }
         // SAFETY: the generated function has this very signature and contract.
-        unsafe { installed(T::generated_enter())(slf, unused) }
+        unsafe { installed(&T::generated().enter)(slf, unused) }
     })
 }
 
@@ -210,7 +222,7 @@ unsafe extern "C" fn exit<T: FastAcquire>(
         });
     }
     // SAFETY: the generated function has this very signature and contract.
-    unsafe { installed(T::generated_exit())(slf, args, nargs, kwnames) }
+    unsafe { installed(&T::generated().exit)(slf, args, nargs, kwnames) }
 }
 
 /// `async with lock:`'s `__aenter__`: a free lock is taken here (`T::enter_async_free`);
@@ -237,7 +249,7 @@ unsafe extern "C" fn aenter<T: FastAcquire>(
         return entered;
     }
     // SAFETY: the generated function has this very signature and contract.
-    unsafe { installed(T::generated_aenter())(slf, unused) }
+    unsafe { installed(&T::generated().aenter)(slf, unused) }
 }
 
 /// `__aexit__(exc_type, exc, tb)` as an `async with` statement calls it: the release
@@ -259,7 +271,7 @@ unsafe extern "C" fn aexit<T: FastAcquire>(
         return guarded(py, || object_or_raise(py, T::exit_async(lock)));
     }
     // SAFETY: the generated function has this very signature and contract.
-    unsafe { installed(T::generated_aexit())(slf, args, nargs, kwnames) }
+    unsafe { installed(&T::generated().aexit)(slf, args, nargs, kwnames) }
 }
 
 /// `manager.lock(name)`: one positional name that `T::lookup` takes here, every other
@@ -435,7 +447,7 @@ pub(crate) fn install_acquire<T: FastAcquire>(py: Python<'_>) -> PyResult<bool> 
 
 #[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
 fn install_acquire_descriptor<T: FastAcquire>(py: Python<'_>) -> PyResult<bool> {
-    replace_fastcall::<T>(py, "acquire", acquire::<T>, T::generated())
+    replace_fastcall::<T>(py, "acquire", acquire::<T>, &T::generated().acquire)
 }
 
 /// [`replace_method`] for a `METH_FASTCALL | METH_KEYWORDS` method: `fast` in its place,
@@ -537,68 +549,76 @@ fn replace_method<T: PyClass>(
 /// `exit::<T>`, keeping the generated functions for the calls they pass on. False for a
 /// method left alone (not the expected method descriptor).
 pub(crate) fn install_with<T: FastAcquire>(py: Python<'_>) -> PyResult<(bool, bool)> {
+    let generated = T::generated();
+    install_pair::<T>(
+        py,
+        ("__enter__", enter::<T>, &generated.enter),
+        ("__exit__", exit::<T>, &generated.exit),
+    )
+}
+
+/// The same for `T.__aenter__` and `T.__aexit__`, with `aenter::<T>` and `aexit::<T>`.
+pub(crate) fn install_async_with<T: FastAcquire>(py: Python<'_>) -> PyResult<(bool, bool)> {
+    let generated = T::generated();
+    install_pair::<T>(
+        py,
+        ("__aenter__", aenter::<T>, &generated.aenter),
+        ("__aexit__", aexit::<T>, &generated.aexit),
+    )
+}
+
+/// A no-argument entry method and a fastcall exit method of `T`, each with its own
+/// function in place of the generated one (kept where the last item says).
+type EnterMethod = (
+    &'static str,
+    ffi::PyCFunction,
+    &'static OnceLock<ffi::PyCFunction>,
+);
+type ExitMethod = (
+    &'static str,
+    ffi::PyCFunctionFastWithKeywords,
+    &'static OnceLock<ffi::PyCFunctionFastWithKeywords>,
+);
+
+fn install_pair<T: PyClass>(
+    py: Python<'_>,
+    enter: EnterMethod,
+    exit: ExitMethod,
+) -> PyResult<(bool, bool)> {
     if !SUPPORTED {
         return Ok((false, false));
     }
-    install_with_descriptors::<T>(py)
+    install_pair_descriptors::<T>(py, enter, exit)
 }
 
 #[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
-fn install_with_descriptors<T: FastAcquire>(py: Python<'_>) -> PyResult<(bool, bool)> {
+fn install_pair_descriptors<T: PyClass>(
+    py: Python<'_>,
+    (enter_name, enter, enter_generated): EnterMethod,
+    (exit_name, exit, exit_generated): ExitMethod,
+) -> PyResult<(bool, bool)> {
     let keep_enter = |m: ffi::PyMethodDefPointer| {
         // SAFETY: the flags checked by `replace_method` say this is the member in use.
         let generated = unsafe { m.PyCFunction };
-        T::generated_enter().set(generated).is_ok()
+        enter_generated.set(generated).is_ok()
     };
     let entered = replace_method::<T>(
         py,
-        "__enter__",
+        enter_name,
         ffi::METH_NOARGS,
-        ffi::PyMethodDefPointer {
-            PyCFunction: enter::<T>,
-        },
+        ffi::PyMethodDefPointer { PyCFunction: enter },
         keep_enter,
     )?;
-    let exited = replace_fastcall::<T>(py, "__exit__", exit::<T>, T::generated_exit())?;
+    let exited = replace_fastcall::<T>(py, exit_name, exit, exit_generated)?;
     Ok((entered, exited))
 }
 
 #[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
-fn install_with_descriptors<T: FastAcquire>(_py: Python<'_>) -> PyResult<(bool, bool)> {
-    Ok((false, false))
-}
-
-/// Replace `T.__aenter__` and `T.__aexit__` with descriptors of `aenter::<T>` and
-/// `aexit::<T>`, as [`install_with`] does for `with`.
-pub(crate) fn install_async_with<T: FastAcquire>(py: Python<'_>) -> PyResult<(bool, bool)> {
-    if !SUPPORTED {
-        return Ok((false, false));
-    }
-    install_async_with_descriptors::<T>(py)
-}
-
-#[cfg(not(any(Py_LIMITED_API, PyPy, GraalPy)))]
-fn install_async_with_descriptors<T: FastAcquire>(py: Python<'_>) -> PyResult<(bool, bool)> {
-    let keep_aenter = |m: ffi::PyMethodDefPointer| {
-        // SAFETY: the flags checked by `replace_method` say this is the member in use.
-        let generated = unsafe { m.PyCFunction };
-        T::generated_aenter().set(generated).is_ok()
-    };
-    let entered = replace_method::<T>(
-        py,
-        "__aenter__",
-        ffi::METH_NOARGS,
-        ffi::PyMethodDefPointer {
-            PyCFunction: aenter::<T>,
-        },
-        keep_aenter,
-    )?;
-    let exited = replace_fastcall::<T>(py, "__aexit__", aexit::<T>, T::generated_aexit())?;
-    Ok((entered, exited))
-}
-
-#[cfg(any(Py_LIMITED_API, PyPy, GraalPy))]
-fn install_async_with_descriptors<T: FastAcquire>(_py: Python<'_>) -> PyResult<(bool, bool)> {
+fn install_pair_descriptors<T: PyClass>(
+    _py: Python<'_>,
+    _enter: EnterMethod,
+    _exit: ExitMethod,
+) -> PyResult<(bool, bool)> {
     Ok((false, false))
 }
 

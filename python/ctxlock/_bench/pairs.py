@@ -124,13 +124,8 @@ def _alone(scenario: str | None, anchor: str, n: int, cfg: Config) -> tuple[str,
     one thread alone (each lock ``n`` increments, interleaved): none without one."""
     if scenario is None:
         return "", {}
-    _, ours_samples, their_samples = _interleaved(scenario, anchor, n, cfg)
-    ours_ns, their_ns = _per_op(ours_samples), _per_op(their_samples)
-    note = (
-        f"; the same loop in one thread alone (no contention): ctxlock "
-        f"{format_value(ours_ns, 'ns/op')}, {PEER_LABELS[anchor]} "
-        f"{format_value(their_ns, 'ns/op')}, ratio {ours_ns / their_ns:.3g}"
-    )
+    ours_ns, their_ns, text = _one_thread(scenario, anchor, anchor, n, cfg)
+    note = f"; the same loop in one thread alone (no contention): {text}"
     extra = {
         "ours_alone_ns": ours_ns,
         "anchor_alone_ns": their_ns,
@@ -139,19 +134,28 @@ def _alone(scenario: str | None, anchor: str, n: int, cfg: Config) -> tuple[str,
     shaped = f"{anchor}_shaped"
     if shaped in SCENARIOS[scenario]:
         # The anchor's loop in ctxlock's shape, timed against ctxlock in rounds of its own.
-        _, ours_again, shaped_samples = _interleaved(scenario, shaped, n, cfg)
-        ours_again_ns, shaped_ns = _per_op(ours_again), _per_op(shaped_samples)
-        note += (
-            f"; {PEER_LABELS[shaped]} (u = release; acquire(); ...; u()), alone: ctxlock "
-            f"{format_value(ours_again_ns, 'ns/op')}, {PEER_LABELS[anchor]} "
-            f"{format_value(shaped_ns, 'ns/op')}, ratio {ours_again_ns / shaped_ns:.3g}"
-        )
+        ours_again_ns, shaped_ns, text = _one_thread(scenario, shaped, anchor, n, cfg)
+        note += f"; {PEER_LABELS[shaped]} (u = release; acquire(); ...; u()), alone: {text}"
         extra |= {
             "ours_alone_again_ns": ours_again_ns,
             "anchor_shaped_alone_ns": shaped_ns,
             "shaped_alone_ratio": ours_again_ns / shaped_ns,
         }
     return note, extra
+
+
+def _one_thread(
+    scenario: str, peer: str, label: str, n: int, cfg: Config
+) -> tuple[float, float, str]:
+    """ctxlock's and ``peer``'s time per op in ``scenario`` (interleaved, ``n`` ops), and
+    the two with their ratio as the note says them, ``peer`` named as ``label``'s."""
+    _, ours_samples, their_samples = _interleaved(scenario, peer, n, cfg)
+    ours_ns, their_ns = _per_op(ours_samples), _per_op(their_samples)
+    text = (
+        f"ctxlock {format_value(ours_ns, 'ns/op')}, {PEER_LABELS[label]} "
+        f"{format_value(their_ns, 'ns/op')}, ratio {ours_ns / their_ns:.3g}"
+    )
+    return ours_ns, their_ns, text
 
 
 def _smallest_share(samples: Sequence[Sample]) -> float | None:
