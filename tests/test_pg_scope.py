@@ -36,6 +36,7 @@ import asyncio
 import multiprocessing
 import os
 import pickle
+import random
 import socket
 import threading
 import time
@@ -46,7 +47,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import pytest
 import test_file_scope as file_scope
 import test_lock_manager as contract
-from conftest import PATIENCE, Worker, wait_until
+from conftest import PATIENCE, Holders, Worker, wait_until
 from ctxlock import (
     BackendError,
     Cancelled,
@@ -819,6 +820,68 @@ def test_a_grant_that_races_a_cancel_leaves_the_name_free_once_both_returned(
             again = trier.lock(name).acquire(deadline=PATIENCE)
         again()
     assert not taken_after, (outcomes, taken_after[:5])
+
+
+def test_a_cancel_only_ever_ends_a_wait(
+    server: pg_server.PgServer, ns: str, managers: Managers, spawn: Spawn
+) -> None:
+    # Waiters give up (deadlines of a few milliseconds, tokens cancelled by another thread)
+    # while three managers pass two names around in both modes, so that waits end as their
+    # cancels are sent: a cancel goes only to a session whose wait runs, and no other
+    # statement of any session is ever cancelled (the server logs each cancelled statement).
+    # Meanwhile holds never overlap where exclusion forbids (a wait for one mode that ends
+    # after tickets of the other mode came never grants them).
+    log = server.log_path
+    start = log.stat().st_size
+    names = [ns + "a", ns + "b"]
+    holders = {name: Holders() for name in names}
+    stop = time.monotonic() + 1.5
+    counts = {"held": 0, "gave up": 0}
+    count_lock = threading.Lock()
+
+    def work(mgr: LockManager, seed: int) -> None:
+        rnd = random.Random(seed)
+        while time.monotonic() < stop:
+            name = rnd.choice(names)
+            lock = mgr.sharable_lock(name)
+            exclusive = rnd.random() < 0.5
+            view = lock.exclusive if exclusive else lock.shared
+            token = CancelToken()
+            if rnd.random() < 0.5:
+                timer = threading.Timer(rnd.uniform(0, 0.004), token.cancel, ("gave up",))
+                timer.start()
+            else:
+                timer = None
+            try:
+                unlock = view.acquire(token, deadline=rnd.uniform(0.0005, 0.005))
+            except (Cancelled, LockTimeout):
+                outcome = "gave up"
+            else:
+                holders[name].enter(exclusive)
+                time.sleep(rnd.uniform(0, 0.001))
+                holders[name].leave(exclusive)
+                unlock()
+                outcome = "held"
+            if timer is not None:
+                timer.cancel()
+            with count_lock:
+                counts[outcome] += 1
+
+    workers = [spawn(work, mgr, i * 10 + j) for i, mgr in enumerate(managers(3)) for j in range(3)]
+    for worker in workers:
+        worker.result(PATIENCE + 2)
+    text = log.read_bytes()[start:].decode(errors="replace").splitlines()
+    cancelled = [
+        text[i + 1].split("STATEMENT:", 1)[-1].strip()
+        for i, line in enumerate(text[:-1])
+        if "canceling statement due to user request" in line
+    ]
+    assert counts["held"] > 0 and counts["gave up"] > 0, counts
+    for name in names:
+        assert not holders[name].overlaps, holders[name].overlaps[:5]
+    assert cancelled, ("no wait was cancelled: the race did not run", counts)
+    others = [s for s in cancelled if not s.startswith("SELECT pg_advisory_lock")]
+    assert not others, (len(cancelled), others[:5], counts)
 
 
 # --- pickling -----------------------------------------------------------------------------------

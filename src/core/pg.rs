@@ -14,8 +14,11 @@
 //!   idle waiting sessions are kept for the next wait.
 //! - **Giving up**: a waiter that gives up (deadline, token, task cancelled) withdraws
 //!   its ticket; when the last ticket of a name is withdrawn the server's wait is
-//!   cancelled with the protocol's cancel request, from another thread. Whatever the
-//!   outcome of a wait that was cancelled or failed, its session then runs
+//!   cancelled by `pg_cancel_backend` on the main session, under the gates' mutex and
+//!   only while the wait's statement runs there (`cancel_wait`): the signal is sent
+//!   before that session can run anything else, so it never cancels a later statement
+//!   (the protocol's cancel request, sent from another thread, could arrive that late).
+//!   Whatever the outcome of a wait that was cancelled or failed, its session then runs
 //!   `pg_advisory_unlock_all()` (a waiting session holds nothing else), or is closed if
 //!   that fails: a grant that raced the cancel is never kept.
 //! - **Cohort**: the hold is passed on among the manager's threads and tasks without a
@@ -122,6 +125,8 @@ struct Main {
     unlock_s: Statement,
     others: Statement,
     name: Statement,
+    /// Cancel a waiting session's statement if one runs (see `cancel_wait`).
+    cancel: Statement,
 }
 
 /// Which session holds a gate's server hold.
@@ -138,8 +143,9 @@ enum On {
 ///   holds that entered it. `held` is `Some` with `users == 0` only while a local holder
 ///   that has not entered yet will (or will give its hold back and settle).
 /// - `tickets` are local holders (all of one mode) that could not enter; `waiting` says a
-///   thread runs a server wait for them (at most one per gate), `cancel` is its session's
-///   cancel handle while the statement runs.
+///   thread runs a server wait for them (at most one per gate); `wait` is its session
+///   while the wait's statement runs, and only then (set and cleared under the gates'
+///   mutex, before and after the statement).
 struct Gate {
     name: Arc<str>,
     hash: u64,
@@ -152,10 +158,19 @@ struct Gate {
     batch: Instant,
     tickets: Vec<Arc<Ticket>>,
     waiting: bool,
-    cancel: Option<CancelToken>,
+    wait: Option<Waiting>,
     /// The wait's statement runs (until it returned and its outcome was dealt with:
     /// a grant taken up, or a raced grant given back).
     statement: bool,
+}
+
+/// The session of a wait whose statement runs, as `cancel_wait` reaches it, and the
+/// mode it waits for.
+#[derive(Clone)]
+struct Waiting {
+    pid: i32,
+    token: CancelToken,
+    mode: Mode,
 }
 
 impl Gate {
@@ -278,8 +293,9 @@ fn discard(conns: Vec<Conn>) {
     }
 }
 
-/// Run `sql` on a session of this manager: a second time if a cancel request meant for
-/// a wait that had just ended (see `withdraw`) cancelled it instead.
+/// Run `sql` on a session of this manager: a second time if a protocol cancel request
+/// meant for a wait that had just ended (sent when the main session was missing, see
+/// `cancel_wait`) cancelled it instead.
 fn run(conn: &mut Conn, sql: &str) -> Result<(), postgres::Error> {
     match conn.client.simple_query(sql) {
         Err(e) if db_error_code(&e) == Some("57014") => conn.client.simple_query(sql).map(drop),
@@ -359,6 +375,12 @@ impl Keeper {
         ))?;
         let name = p("INSERT INTO ctxlock_names (key, name) VALUES ($1, $2) \
                       ON CONFLICT DO NOTHING")?;
+        // A session that is not running a statement ignores a cancel (and one not yet
+        // sent would then wait uncancelled): only an active one is signalled, and no row
+        // says "not yet". `IS DISTINCT FROM`: a server that does not track activities
+        // shows no state, and then the signal is sent anyway.
+        let cancel = p("SELECT pg_cancel_backend(pid) FROM pg_stat_activity \
+                        WHERE pid = $1 AND state IS DISTINCT FROM 'idle'")?;
         Ok(Main {
             conn,
             try_x,
@@ -367,6 +389,7 @@ impl Keeper {
             unlock_s,
             others,
             name,
+            cancel,
         })
     }
 
@@ -458,7 +481,7 @@ impl Keeper {
                     batch: Instant::now(),
                     tickets: Vec::new(),
                     waiting: false,
-                    cancel: None,
+                    wait: None,
                     statement: false,
                 },
                 |g| g.hash,
@@ -682,7 +705,7 @@ impl Keeper {
                     let g = gate(gates, hash, name);
                     g.users = g.tickets.len() as u32;
                     g.handoffs += 1;
-                    self.grant_all(g, wake);
+                    self.grant_all(gates, hash, name, wake);
                     return;
                 }
             } else if self.local_demand(g) && self.may_keep(gates, hash, name) {
@@ -696,7 +719,7 @@ impl Keeper {
         }
         let (mode, n) = (g.tickets[0].mode, g.tickets.len() as u32);
         if self.enter(gates, hash, name, mode, n) {
-            self.grant_all(gate(gates, hash, name), wake);
+            self.grant_all(gates, hash, name, wake);
         } else {
             self.start_wait(gates, hash, name);
         }
@@ -783,7 +806,11 @@ impl Keeper {
                     self.keep_idle(&mut gates, conn);
                     return;
                 }
-                g.cancel = Some(conn.client.cancel_token());
+                g.wait = Some(Waiting {
+                    pid: conn.pid,
+                    token: conn.client.cancel_token(),
+                    mode,
+                });
                 g.statement = true;
             }
             let f = if mode == Mode::Shared { "_shared" } else { "" };
@@ -791,7 +818,7 @@ impl Keeper {
             let result = conn.client.simple_query(&sql);
             let mut wake = Vec::new();
             let mut gates = self.gates();
-            gate(&mut gates, hash, name).cancel = None;
+            gate(&mut gates, hash, name).wait = None;
             match result {
                 Ok(messages) => {
                     let fence = messages.iter().find_map(|m| match m {
@@ -892,7 +919,7 @@ impl Keeper {
                 g.batch = Instant::now();
                 if !g.tickets.is_empty() && g.tickets[0].mode == mode {
                     g.users = g.tickets.len() as u32;
-                    self.grant_all(g, wake);
+                    self.grant_all(gates, hash, name, wake);
                 } else {
                     // Everyone gave up meanwhile: keep it for local demand, or let go.
                     self.settle(gates, hash, name, wake);
@@ -901,13 +928,18 @@ impl Keeper {
             Some(held) => {
                 // The name is held already (a shared hold the tickets could not join
                 // while another client waited): they join it now that the server let
-                // this session in too, and this session's extra hold goes.
-                if held == Mode::Shared && mode == Mode::Shared && !g.tickets.is_empty() {
+                // this session in too, and this session's extra hold goes. Only shared
+                // tickets: those that came after the ones this wait was for (granted
+                // meanwhile) may be exclusive.
+                if held == Mode::Shared
+                    && mode == Mode::Shared
+                    && g.tickets.first().is_some_and(|t| t.mode == Mode::Shared)
+                {
                     g.users += g.tickets.len() as u32;
                     g.handoffs += 1;
-                    self.grant_all(g, wake);
+                    self.grant_all(gates, hash, name, wake);
                 }
-                let key = g.key;
+                let key = gate(gates, hash, name).key;
                 let f = if mode == Mode::Shared { "_shared" } else { "" };
                 if run(&mut conn, &format!("SELECT pg_advisory_unlock{f}({key})")).is_ok() {
                     self.keep_idle(gates, conn);
@@ -923,22 +955,78 @@ impl Keeper {
         }
     }
 
-    /// Every ticket of `g` entered: mark them granted, to be woken out of the mutex. A
-    /// server wait still queued for them is not needed any more.
-    fn grant_all(&self, g: &mut Gate, wake: &mut Vec<Arc<Ticket>>) {
-        for t in g.tickets.drain(..) {
+    /// Every ticket of the gate entered: mark them granted, to be woken out of the mutex.
+    /// A server wait still queued for them is not needed any more.
+    fn grant_all(&self, gates: &mut Gates, hash: u64, name: &str, wake: &mut Vec<Arc<Ticket>>) {
+        for t in gate(gates, hash, name).tickets.drain(..) {
             t.grant();
             wake.push(t);
         }
-        if let Some(token) = g.cancel.take() {
-            self.cancel_wait(token);
+        if self.cancel_wait(gates, hash, name) {
+            return;
         }
+        // Its statement has not reached the server yet: signalled again from another
+        // thread until it has (or ended), as for a waiter that gives up.
+        let Some(me) = self.me() else { return };
+        let key = Key::with_hash(gate(gates, hash, name).name.clone(), hash);
+        let _ = std::thread::Builder::new()
+            .name("ctxlock-pg-cancel".to_owned())
+            .spawn(move || me.end_wait(&key));
     }
 
     fn wake(&self, tickets: Vec<Arc<Ticket>>) {
         let stopped = self.wakes.read().unwrap_or_else(|e| e.into_inner());
         if !*stopped {
             super::cohort::wake(tickets);
+        }
+    }
+
+    /// The last ticket of a gate was withdrawn (or granted) while its server wait's
+    /// statement runs: cancel it, and wait until the statement is done and its outcome
+    /// dealt with (a raced grant given back), so that nothing of it is left when the
+    /// acquire raises (`statistics()` counts no waiter, `pg_locks` shows none, a try of
+    /// any client gets the name). `WITHDRAW_WAIT` at most; over at once if new tickets
+    /// of the wait's mode came meanwhile (the wait is theirs then).
+    fn end_wait(&self, key: &Key) {
+        let (hash, name) = (key.hash(), key.name());
+        let until = Instant::now() + WITHDRAW_WAIT;
+        // How long to wait before signalling again a statement that had not reached the
+        // server (a thread about to send it, on a busy machine): doubling, up to 50 ms.
+        let mut again = Duration::from_millis(1);
+        let mut signalled = false;
+        let mut gates = self.gates();
+        loop {
+            if gates.closed || self.forked() {
+                return;
+            }
+            let Some(g) = gates.map.find(hash, |g| *g.name == *name) else {
+                return;
+            };
+            let theirs = g.tickets.first().is_some_and(|t| {
+                // Once the statement returned (`wait` is gone), its thread serves them.
+                g.wait.as_ref().is_none_or(|w| w.mode == t.mode)
+            });
+            if !g.statement || theirs {
+                return;
+            }
+            if !signalled {
+                signalled = self.cancel_wait(&mut gates, hash, name);
+            }
+            let now = Instant::now();
+            if now >= until {
+                return;
+            }
+            let nap = if signalled {
+                until - now
+            } else {
+                again.min(until - now)
+            };
+            again = (again * 2).min(Duration::from_millis(50));
+            gates = self
+                .statement_done
+                .wait_timeout(gates, nap)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
     }
 
@@ -960,8 +1048,41 @@ impl Keeper {
         }
     }
 
-    /// Send the cancel request for a gate's running wait (its tickets are gone).
-    fn cancel_wait(&self, token: CancelToken) {
+    /// Cancel the gate's server wait if its statement runs (its tickets are gone). True
+    /// once the signal went to a session running the statement, or nothing is left to
+    /// cancel; false while the statement has not reached the server (a session that is
+    /// not running one ignores the signal: the caller may try again).
+    ///
+    /// The signal is sent while this thread holds the gates' mutex and `wait` says the
+    /// statement runs: the wait's thread needs that mutex to run anything else on the
+    /// session, and by then the server has the signal, which cancels the wait or, once
+    /// the statement ended, is dropped by the idle session (PostgreSQL ignores a cancel
+    /// that arrives between statements). It cannot cancel a later statement.
+    fn cancel_wait(&self, gates: &mut Gates, hash: u64, name: &str) -> bool {
+        let Some(wait) = gate(gates, hash, name).wait.clone() else {
+            return true;
+        };
+        if let Some(main) = gates.main.as_mut() {
+            match main.conn.client.query_opt(&main.cancel, &[&wait.pid]) {
+                Ok(row) => return row.is_some(),
+                // The server refused it (the session lives): the protocol's way instead.
+                Err(e) if e.code().is_some() => {}
+                Err(e) => {
+                    let f = self.error("cannot cancel a wait", &e);
+                    let lost = self.main_failed(gates);
+                    self.defer_loss(lost, f);
+                }
+            }
+        }
+        // No main session: the protocol's cancel request. It may arrive after the wait
+        // ended: `run` then runs the statement it cancelled again.
+        self.send_cancel_request(wait.token);
+        true
+    }
+
+    /// The protocol's cancel request for `token`'s session, sent from another thread (it
+    /// connects to the server and may block).
+    fn send_cancel_request(&self, token: CancelToken) {
         let target = self.target.clone();
         let _ = std::thread::Builder::new()
             .name("ctxlock-pg-cancel".to_owned())
@@ -1009,7 +1130,13 @@ impl Keeper {
             let mut gone = Vec::new();
             for g in gates.map.iter_mut() {
                 if let Some(On::Own(conn)) = &mut g.on {
-                    if let Err(e) = conn.client.is_valid(PING_TIMEOUT) {
+                    // A cancel request that came late (see `run`) says the session lives.
+                    let ping = conn.client.is_valid(PING_TIMEOUT);
+                    let ping = ping.or_else(|e| match db_error_code(&e) {
+                        Some("57014") => Ok(()),
+                        _ => Err(e),
+                    });
+                    if let Err(e) = ping {
                         why = Some(self.error("the session holding the lock was lost", &e));
                         if let Some(On::Own(conn)) = g.on.take() {
                             gone.push(*conn);
@@ -1357,7 +1484,7 @@ impl Gatekeeper for Keeper {
     }
 
     fn withdraw(&self, key: &Key, ticket: &Arc<Ticket>) -> bool {
-        let mut cancel = None;
+        let mut last = false;
         let out = self
             .with_gate(key, |_, gates, hash| {
                 let g = gate(gates, hash, key.name());
@@ -1365,24 +1492,12 @@ impl Gatekeeper for Keeper {
                     return false;
                 }
                 g.tickets.retain(|t| !Arc::ptr_eq(t, ticket));
-                if g.tickets.is_empty() {
-                    cancel = g.cancel.take();
-                }
+                last = g.tickets.is_empty() && g.statement;
                 true
             })
             .unwrap_or(true);
-        if let Some(token) = cancel {
-            // The server's wait ends before the acquire raises: then nothing of it is
-            // left (`statistics()` counts no waiter, `pg_locks` shows none).
-            self.cancel_wait(token);
-            let name = key.name();
-            self.await_statements(|gates| {
-                !gates.closed
-                    && gates
-                        .map
-                        .find(key.hash(), |g| *g.name == *name)
-                        .is_some_and(|g| g.statement)
-            });
+        if last {
+            self.end_wait(key);
         }
         out
     }
@@ -1448,7 +1563,7 @@ impl Gatekeeper for Keeper {
             if !self.forked() {
                 for g in gates.map.iter_mut() {
                     wake.append(&mut g.tickets);
-                    cancels.extend(g.cancel.take());
+                    cancels.extend(g.wait.take().map(|w| w.token));
                     if let Some(On::Own(c)) = g.on.take() {
                         conns.push(*c);
                     }
@@ -1463,9 +1578,11 @@ impl Gatekeeper for Keeper {
         }
         // Closing the sessions frees whatever they hold on the server.
         discard(conns);
+        // The main session is closing too: the protocol's cancel requests (one that
+        // arrives late finds its session closing).
         let waited = !cancels.is_empty();
-        for t in cancels {
-            self.cancel_wait(t);
+        for token in cancels {
+            self.send_cancel_request(token);
         }
         if waited {
             // As for a waiter that gives up: the server's waits end before close returns.

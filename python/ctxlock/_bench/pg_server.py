@@ -206,6 +206,11 @@ class PgServer:
     def running(self) -> bool:
         return self._running
 
+    @property
+    def log_path(self) -> Path:
+        """The server's log (its errors, each with the statement that raised it)."""
+        return self._log
+
     def admin(self) -> psycopg.Connection[Any]:
         """A new autocommit psycopg connection as the superuser; the caller closes it."""
         import psycopg
