@@ -162,6 +162,8 @@ struct Gate {
     /// The wait's statement runs (until it returned and its outcome was dealt with:
     /// a grant taken up, or a raced grant given back).
     statement: bool,
+    /// A thread ends that wait for `grant_all` (`end_wait`): one at most.
+    ending: bool,
 }
 
 /// The session of a wait whose statement runs, as `cancel_wait` reaches it, and the
@@ -375,12 +377,15 @@ impl Keeper {
         ))?;
         let name = p("INSERT INTO ctxlock_names (key, name) VALUES ($1, $2) \
                       ON CONFLICT DO NOTHING")?;
-        // A session that is not running a statement ignores a cancel (and one not yet
-        // sent would then wait uncancelled): only an active one is signalled, and no row
-        // says "not yet". `IS DISTINCT FROM`: a server that does not track activities
-        // shows no state, and then the signal is sent anyway.
-        let cancel = p("SELECT pg_cancel_backend(pid) FROM pg_stat_activity \
-                        WHERE pid = $1 AND state IS DISTINCT FROM 'idle'")?;
+        // Signal the session, and say whether it was running a statement just before: a
+        // session between statements ignores the signal (so a wait not yet sent would go
+        // on uncancelled). The state is read first (the materialized scan reads the
+        // activity snapshot before the signal goes); no row: the session is gone. A
+        // server that does not track activities never says "active": the caller then
+        // signals again until the wait ends.
+        let cancel = p("WITH s AS MATERIALIZED \
+                        (SELECT state FROM pg_stat_activity WHERE pid = $1) \
+                        SELECT s.state = 'active', pg_cancel_backend($1) FROM s")?;
         Ok(Main {
             conn,
             try_x,
@@ -483,6 +488,7 @@ impl Keeper {
                     waiting: false,
                     wait: None,
                     statement: false,
+                    ending: false,
                 },
                 |g| g.hash,
             );
@@ -968,10 +974,24 @@ impl Keeper {
         // Its statement has not reached the server yet: signalled again from another
         // thread until it has (or ended), as for a waiter that gives up.
         let Some(me) = self.me() else { return };
-        let key = Key::with_hash(gate(gates, hash, name).name.clone(), hash);
-        let _ = std::thread::Builder::new()
+        let g = gate(gates, hash, name);
+        if g.ending {
+            return;
+        }
+        g.ending = true;
+        let key = Key::with_hash(g.name.clone(), hash);
+        let spawned = std::thread::Builder::new()
             .name("ctxlock-pg-cancel".to_owned())
-            .spawn(move || me.end_wait(&key));
+            .spawn(move || {
+                me.end_wait(&key);
+                let mut gates = me.gates();
+                if let Some(g) = gates.map.find_mut(hash, |g| *g.name == *key.name()) {
+                    g.ending = false;
+                }
+            });
+        if spawned.is_err() {
+            gate(gates, hash, name).ending = false;
+        }
     }
 
     fn wake(&self, tickets: Vec<Arc<Ticket>>) {
@@ -1050,8 +1070,8 @@ impl Keeper {
 
     /// Cancel the gate's server wait if its statement runs (its tickets are gone). True
     /// once the signal went to a session running the statement, or nothing is left to
-    /// cancel; false while the statement has not reached the server (a session that is
-    /// not running one ignores the signal: the caller may try again).
+    /// cancel; false if the session was not running it yet (the statement had not
+    /// reached the server, and the signal was ignored: the caller signals again).
     ///
     /// The signal is sent while this thread holds the gates' mutex and `wait` says the
     /// statement runs: the wait's thread needs that mutex to run anything else on the
@@ -1064,7 +1084,7 @@ impl Keeper {
         };
         if let Some(main) = gates.main.as_mut() {
             match main.conn.client.query_opt(&main.cancel, &[&wait.pid]) {
-                Ok(row) => return row.is_some(),
+                Ok(row) => return row.is_none_or(|r| r.get::<_, Option<bool>>(0) == Some(true)),
                 // The server refused it (the session lives): the protocol's way instead.
                 Err(e) if e.code().is_some() => {}
                 Err(e) => {
