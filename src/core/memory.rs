@@ -526,7 +526,10 @@ impl View<'_> {
                 *last
             }
         };
-        entry.holds.push(HoldRecord {
+        // Built in place: `push` built the record on the stack and copied it into the
+        // vector with wide loads that had to wait for the narrow stores just made (see
+        // `freelist::new_object`); `extend` from `once_with` writes each field where it goes.
+        entry.holds.extend(std::iter::once_with(|| HoldRecord {
             fence,
             mode: self.mode,
             scoped,
@@ -534,7 +537,7 @@ impl View<'_> {
             who,
             since,
             lost: None,
-        });
+        }));
         fence
     }
 

@@ -233,17 +233,23 @@ pub(crate) fn learn_layout<T: Pooled + PyClass<Frozen = True> + Sync>(
     fits
 }
 
-/// A new object of `T` holding `value`: from the class's list (or its `tp_alloc`), with
-/// the value written where PyO3 keeps it; through PyO3's constructor until
-/// `learn_layout` has checked the layout. On failure `value` is dropped.
+/// A new object of `T` holding the value `make` returns: from the class's list (or its
+/// `tp_alloc`), with the value written where PyO3 keeps it; through PyO3's constructor
+/// until `learn_layout` has checked the layout. On failure the value is made and dropped.
+///
+/// The value is made by `make` once the object is there, so that it is built in place. A
+/// value made by the caller and passed in was built on the stack by narrow stores and
+/// then copied by wide loads, which the processor cannot forward from those stores: the
+/// copy waited for them to reach the cache, about 3 ns of an uncontended
+/// `unlock = lock.acquire(); unlock()` on CPython 3.14 (BENCHMARKS.md, "Built in place").
 #[inline]
-pub(crate) fn new_object<T>(py: Python<'_>, value: T) -> PyResult<Bound<'_, T>>
+pub(crate) fn new_object<T>(py: Python<'_>, make: impl FnOnce() -> T) -> PyResult<Bound<'_, T>>
 where
     T: Pooled + Into<pyo3::PyClassInitializer<T>>,
 {
     let list = T::free_list();
     let (Some(saved), Some(&layout)) = (list.saved.get(), list.layout.get()) else {
-        return Bound::new(py, value);
+        return Bound::new(py, make());
     };
     // SAFETY: attached (`py`), so the list may be used.
     let obj = match unsafe { list.pop() } {
@@ -265,7 +271,11 @@ where
         None => unsafe { untracked((saved.alloc)(saved.ty, 0)) },
     };
     if obj.is_null() {
-        return Err(PyErr::fetch(py));
+        // The error first: dropping the value may run Python (an `Unlock` that holds
+        // releases, and may hand the lock to a task).
+        let err = PyErr::fetch(py);
+        drop(make());
+        return Err(err);
     }
     // SAFETY: `obj` is a new object of `T`'s type whose weak reference list is empty;
     // `layout.value` is where its value goes, inside the object and aligned for `T`
@@ -273,7 +283,7 @@ where
     // that the rest of the body is the weak reference list). Writing the value completes
     // it as PyO3's constructor does; the object is then owned by the returned `Bound`.
     unsafe {
-        ptr::write(obj.cast::<u8>().add(layout.value).cast::<T>(), value);
+        ptr::write(obj.cast::<u8>().add(layout.value).cast::<T>(), make());
         Ok(Bound::from_owned_ptr(py, obj).cast_into_unchecked())
     }
 }

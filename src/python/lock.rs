@@ -24,7 +24,7 @@ macro_rules! lock_methods {
             #[inline]
             fn acquired<'py>(lock: &Bound<'py, Self>, held: $crate::python::kind::Held) -> PyResult<Bound<'py, PyAny>> {
                 let owner = Self::owner($crate::python::refcount::clone_ref(lock));
-                Ok($crate::python::freelist::new_object(lock.py(), PyUnlock::new(owner, held))?.into_any())
+                Ok($crate::python::freelist::new_object(lock.py(), || PyUnlock::new(owner, held))?.into_any())
             }
 
             #[inline]

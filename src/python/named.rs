@@ -337,7 +337,7 @@ impl PyNamedLock {
             name: name.clone().unbind(),
             manager: manager.clone().unbind(),
         };
-        super::freelist::new_object(manager.py(), handle)
+        super::freelist::new_object(manager.py(), move || handle)
     }
 }
 
