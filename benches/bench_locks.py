@@ -24,6 +24,7 @@ from pytest_benchmark.fixture import BenchmarkFixture
 #: Operations per benchmarked call (see each workload class for what one operation is).
 OPS: dict[str, int] = {
     "acquire_unlock": 10_000,
+    "acquire_unlock_elsewhere": 10_000,
     "with": 10_000,
     "acquire_deadline": 10_000,
     "shared_with": 10_000,

@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import ctxlock
@@ -15,6 +16,7 @@ import pytest
 from ctxlock import _bench, _cli
 from ctxlock._bench.interpreters import interpreter_label
 from ctxlock._bench.threads import progress
+from ctxlock._bench.workload import InAnotherThread
 
 #: Every row of the report, in order; a row may be skipped but never left out.
 ROWS = (
@@ -107,6 +109,44 @@ def test_quick_bench_json(tmp_path: Path) -> None:
     assert floor["floor_ns"] > 0, named
     assert floor["floor_ratio"] == pytest.approx(floor["floor_ns"] / named["anchor_ns"])
     assert "without the name's table" in named["note"], named
+    plain = next(row for row in report["rows"] if row["key"] == "acquire_unlock")
+    far = plain["extra"]
+    assert far["ours_elsewhere_ns"] > 0 and far["anchor_elsewhere_ns"] > 0, plain
+    assert far["elsewhere_ratio"] == pytest.approx(
+        far["ours_elsewhere_ns"] / far["anchor_elsewhere_ns"]
+    )
+    assert plain["note"].startswith("in a thread that did not make the lock: ctxlock "), plain
+
+
+class _Where(_bench.Workload):
+    """Notes which thread made it and which ran it; raises on its second run."""
+
+    def __init__(self) -> None:
+        self.made_by = threading.get_ident()
+        self.ran_by: list[tuple[int, str]] = []
+        self.closed = False
+
+    def run(self, n: int) -> _bench.Sample:
+        self.ran_by.append((threading.get_ident(), threading.current_thread().name))
+        if len(self.ran_by) == 2:
+            raise ZeroDivisionError("the second run")
+        return _bench.Sample(n, 1)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_in_another_thread_runs_its_workload_in_a_new_thread_and_hands_back_errors() -> None:
+    inner = _Where()
+    with InAnotherThread(inner) as far:
+        assert far.run(7) == _bench.Sample(7, 1)
+        with pytest.raises(ZeroDivisionError, match="the second run"):
+            far.run(7)
+    assert inner.closed
+    assert inner.made_by == threading.get_ident()
+    # Each run in a thread of its own (an ended thread's ident may be reused).
+    assert [name for _, name in inner.ran_by] == ["ctxlock-bench-elsewhere"] * 2, inner.ran_by
+    assert all(ident != inner.made_by for ident, _ in inner.ran_by), inner.ran_by
 
 
 def file_scope_available(directory: Path) -> bool:

@@ -24,6 +24,7 @@ def pair(
     compare_wait: bool = False,
     compare_waiters: bool = False,
     alone: str | None = None,
+    elsewhere: str | None = None,
 ) -> Measure:
     """A row measuring ``scenario`` with ctxlock against ``anchor``, ``ops(cfg)`` ops a run.
 
@@ -33,7 +34,9 @@ def pair(
     With ``compare_waiters`` (``drain_100``) the p90 of the waiters' own waits (the median
     over the repeats of each run's p90) must not exceed the anchor's. ``alone`` names the
     scenario of the same loop in one thread: both locks are timed in it too, interleaved,
-    and the note says what the ratio is with no contention.
+    and the note says what the ratio is with no contention. ``elsewhere`` names the
+    scenario of the same loop run by a thread that did not make the lock: timed the same
+    way, for the note (the row's figures are those of ``scenario``).
     """
 
     def measure(row: Row, cfg: Config) -> RowResult:
@@ -43,7 +46,16 @@ def pair(
         if compare_waiters:
             return _waiters_result(row, anchor, ours_samples, their_samples, ours_ns, their_ns)
         if not compare_wait:
-            return row.result(ours_ns, their_ns, ratio)
+            if elsewhere is None:
+                return row.result(ours_ns, their_ns, ratio)
+            ours_far, their_far, text = _one_thread(elsewhere, anchor, anchor, n, cfg)
+            note = f"in a thread that did not make the lock: {text}"
+            extra = {
+                "ours_elsewhere_ns": ours_far,
+                "anchor_elsewhere_ns": their_far,
+                "elsewhere_ratio": ours_far / their_far,
+            }
+            return row.result(ours_ns, their_ns, ratio, note=note, extra=extra)
         our_wait = median([s.max_wait_ns for s in ours_samples])
         their_wait = median([s.max_wait_ns for s in their_samples])
         # Thread switches per 1,000 operations: what a convoy costs (see BENCHMARKS.md).

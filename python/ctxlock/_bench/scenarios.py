@@ -43,7 +43,7 @@ from ctxlock._bench.threads import (
     ThreadingContendedAcquire,
     ThreadingShapedAcquire,
 )
-from ctxlock._bench.workload import Workload
+from ctxlock._bench.workload import InAnotherThread, Workload
 
 __all__ = ["SCENARIOS", "WorkloadFactory"]
 
@@ -54,6 +54,11 @@ SCENARIOS: Mapping[str, Mapping[str, WorkloadFactory]] = {
     "acquire_unlock": {
         "ctxlock": CtxlockAcquireUnlock,
         "threading": ThreadingAcquireRelease,
+    },
+    # The same, each lock made by the main thread and used by another one.
+    "acquire_unlock_elsewhere": {
+        "ctxlock": lambda: InAnotherThread(CtxlockAcquireUnlock()),
+        "threading": lambda: InAnotherThread(ThreadingAcquireRelease()),
     },
     "with": {
         "ctxlock": functools.partial(WithLoop, ctxlock_lock),

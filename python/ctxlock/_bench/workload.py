@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import threading
 from dataclasses import dataclass
 from types import TracebackType
 
-__all__ = ["RUN_TIMEOUT_S", "AsyncWorkload", "BenchError", "Sample", "Workload", "expect"]
+__all__ = [
+    "RUN_TIMEOUT_S",
+    "AsyncWorkload",
+    "BenchError",
+    "InAnotherThread",
+    "Sample",
+    "Workload",
+    "expect",
+]
 
 #: Longest a single workload run may take before it counts as hung, in seconds.
 RUN_TIMEOUT_S = 120.0
@@ -89,3 +98,35 @@ class AsyncWorkload(Workload):
 
     def close(self) -> None:
         self._loop.close()
+
+
+class InAnotherThread(Workload):
+    """``inner`` (made here, with its lock, by the thread that makes this workload) run by a
+    new thread on each ``run``: the lock is used by a thread that did not make it, as a lock
+    made at import is by a server's worker threads. On the free-threaded build that is
+    another path for reference counts (an object's count is split between the thread that
+    made it and every other thread)."""
+
+    def __init__(self, inner: Workload) -> None:
+        self._inner = inner
+
+    def run(self, n: int) -> Sample:
+        out: list[Sample | BaseException] = []
+
+        def go() -> None:
+            try:
+                out.append(self._inner.run(n))
+            except BaseException as e:  # handed to the caller's thread
+                out.append(e)
+
+        worker = threading.Thread(target=go, name="ctxlock-bench-elsewhere")
+        worker.start()
+        worker.join(RUN_TIMEOUT_S)
+        expect(not worker.is_alive(), f"a run in another thread took over {RUN_TIMEOUT_S:.0f} s")
+        (got,) = out
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    def close(self) -> None:
+        self._inner.close()
