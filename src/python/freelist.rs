@@ -240,8 +240,9 @@ pub(crate) fn learn_layout<T: Pooled + PyClass<Frozen = True> + Sync>(
 /// The value is made by `make` once the object is there, so that it is built in place. A
 /// value made by the caller and passed in was built on the stack by narrow stores and
 /// then copied by wide loads, which the processor cannot forward from those stores: the
-/// copy waited for them to reach the cache, about 3 ns of an uncontended
-/// `unlock = lock.acquire(); unlock()` on CPython 3.14 (BENCHMARKS.md, "Built in place").
+/// copy waited for them to reach the cache: about 3 ns of an uncontended
+/// `unlock = lock.acquire(); unlock()` on CPython 3.14 (BENCHMARKS.md, "values built in
+/// place").
 #[inline]
 pub(crate) fn new_object<T>(py: Python<'_>, make: impl FnOnce() -> T) -> PyResult<Bound<'_, T>>
 where
