@@ -123,11 +123,11 @@ class _Where(_bench.Workload):
 
     def __init__(self) -> None:
         self.made_by = threading.get_ident()
-        self.ran_by: list[tuple[int, str]] = []
+        self.ran_by: list[threading.Thread] = []
         self.closed = False
 
     def run(self, n: int) -> _bench.Sample:
-        self.ran_by.append((threading.get_ident(), threading.current_thread().name))
+        self.ran_by.append(threading.current_thread())
         if len(self.ran_by) == 2:
             raise ZeroDivisionError("the second run")
         return _bench.Sample(n, 1)
@@ -144,9 +144,14 @@ def test_in_another_thread_runs_its_workload_in_a_new_thread_and_hands_back_erro
             far.run(7)
     assert inner.closed
     assert inner.made_by == threading.get_ident()
-    # Each run in a thread of its own (an ended thread's ident may be reused).
-    assert [name for _, name in inner.ran_by] == ["ctxlock-bench-elsewhere"] * 2, inner.ran_by
-    assert all(ident != inner.made_by for ident, _ in inner.ran_by), inner.ran_by
+    # Each run in a new thread of its own, ended by the time the run returned (an ended
+    # thread's ident may be reused, so the thread objects are compared).
+    first, second = inner.ran_by
+    assert first is not second
+    assert threading.main_thread() not in inner.ran_by
+    for thread in inner.ran_by:
+        assert thread.name == "ctxlock-bench-elsewhere" and thread.daemon, thread
+        assert not thread.is_alive(), thread
 
 
 def file_scope_available(directory: Path) -> bool:

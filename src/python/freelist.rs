@@ -235,14 +235,16 @@ pub(crate) fn learn_layout<T: Pooled + PyClass<Frozen = True> + Sync>(
 
 /// A new object of `T` holding the value `make` returns: from the class's list (or its
 /// `tp_alloc`), with the value written where PyO3 keeps it; through PyO3's constructor
-/// until `learn_layout` has checked the layout. On failure the value is made and dropped.
+/// until `learn_layout` has checked the layout. `make` runs exactly once, and never runs
+/// Python; on failure its value is dropped after the error was fetched.
 ///
-/// The value is made by `make` once the object is there, so that it is built in place. A
-/// value made by the caller and passed in was built on the stack by narrow stores and
-/// then copied by wide loads, which the processor cannot forward from those stores: the
-/// copy waited for them to reach the cache: about 3 ns of an uncontended
-/// `unlock = lock.acquire(); unlock()` on CPython 3.14 (BENCHMARKS.md, "values built in
-/// place").
+/// The value is made by `make` once the object is there, so that it can be built in place
+/// (the `Unlock` is; the compiler kept a closure that made the `NamedLock` handle out of
+/// line, so that one is still made by the caller and moved). A value made by the caller
+/// and passed in was built on the stack by narrow stores and then copied by wide loads,
+/// which the processor cannot forward from those stores: the copy waited for them to
+/// reach the cache, about 3 ns of an uncontended `unlock = lock.acquire(); unlock()` on
+/// CPython 3.14 (BENCHMARKS.md, "values built in place").
 #[inline]
 pub(crate) fn new_object<T>(py: Python<'_>, make: impl FnOnce() -> T) -> PyResult<Bound<'_, T>>
 where
@@ -272,10 +274,13 @@ where
         None => unsafe { untracked((saved.alloc)(saved.ty, 0)) },
     };
     if obj.is_null() {
-        // The error first: dropping the value may run Python (an `Unlock` that holds
-        // releases, and may hand the lock to a task).
+        // The value first, so that it exists (and its `Drop` gives back what it owns, an
+        // `Unlock`'s hold) whatever the fetch does; dropped once the error is out, since
+        // dropping it may run Python (an `Unlock` that holds releases, and may hand the
+        // lock to a task).
+        let value = make();
         let err = PyErr::fetch(py);
-        drop(make());
+        drop(value);
         return Err(err);
     }
     // SAFETY: `obj` is a new object of `T`'s type whose weak reference list is empty;

@@ -101,11 +101,12 @@ class AsyncWorkload(Workload):
 
 
 class InAnotherThread(Workload):
-    """``inner`` (made here, with its lock, by the thread that makes this workload) run by a
-    new thread on each ``run``: the lock is used by a thread that did not make it, as a lock
-    made at import is by a server's worker threads. On the free-threaded build that is
-    another path for reference counts (an object's count is split between the thread that
-    made it and every other thread)."""
+    """``inner`` (made by the caller, with its lock, in the thread that makes this workload)
+    run by a new thread on each ``run``: the lock is used by a thread that did not make it,
+    as a lock made at import is by a server's worker threads. On the free-threaded build
+    that is another path for reference counts (an object's count is split between the
+    thread that made it and every other thread). The thread is a daemon: a run that hangs
+    is an error after ``RUN_TIMEOUT_S``, and does not keep the process from exiting."""
 
     def __init__(self, inner: Workload) -> None:
         self._inner = inner
@@ -119,7 +120,7 @@ class InAnotherThread(Workload):
             except BaseException as e:  # handed to the caller's thread
                 out.append(e)
 
-        worker = threading.Thread(target=go, name="ctxlock-bench-elsewhere")
+        worker = threading.Thread(target=go, name="ctxlock-bench-elsewhere", daemon=True)
         worker.start()
         worker.join(RUN_TIMEOUT_S)
         expect(not worker.is_alive(), f"a run in another thread took over {RUN_TIMEOUT_S:.0f} s")
