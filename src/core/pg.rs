@@ -964,11 +964,14 @@ impl Keeper {
     /// Every ticket of the gate entered: mark them granted, to be woken out of the mutex.
     /// A server wait still queued for them is not needed any more.
     fn grant_all(&self, gates: &mut Gates, hash: u64, name: &str, wake: &mut Vec<Arc<Ticket>>) {
-        for t in gate(gates, hash, name).tickets.drain(..) {
+        let g = gate(gates, hash, name);
+        for t in g.tickets.drain(..) {
             t.grant();
             wake.push(t);
         }
-        if self.cancel_wait(gates, hash, name) {
+        // The common case (a local hand-off, a grant by the wait's own thread): no wait's
+        // statement runs, and nothing is left to cancel.
+        if g.wait.is_none() || self.cancel_wait(gates, hash, name) {
             return;
         }
         // Its statement has not reached the server yet: signalled again from another

@@ -48,13 +48,8 @@ def pair(
         if not compare_wait:
             if elsewhere is None:
                 return row.result(ours_ns, their_ns, ratio)
-            ours_far, their_far, text = _one_thread(elsewhere, anchor, anchor, n, cfg)
+            text, extra = _side_by_side(elsewhere, anchor, n, cfg, "elsewhere")
             note = f"in a thread that did not make the lock: {text}"
-            extra = {
-                "ours_elsewhere_ns": ours_far,
-                "anchor_elsewhere_ns": their_far,
-                "elsewhere_ratio": ours_far / their_far,
-            }
             return row.result(ours_ns, their_ns, ratio, note=note, extra=extra)
         our_wait = median([s.max_wait_ns for s in ours_samples])
         their_wait = median([s.max_wait_ns for s in their_samples])
@@ -136,13 +131,8 @@ def _alone(scenario: str | None, anchor: str, n: int, cfg: Config) -> tuple[str,
     one thread alone (each lock ``n`` increments, interleaved): none without one."""
     if scenario is None:
         return "", {}
-    ours_ns, their_ns, text = _one_thread(scenario, anchor, anchor, n, cfg)
+    text, extra = _side_by_side(scenario, anchor, n, cfg, "alone")
     note = f"; the same loop in one thread alone (no contention): {text}"
-    extra = {
-        "ours_alone_ns": ours_ns,
-        "anchor_alone_ns": their_ns,
-        "alone_ratio": ours_ns / their_ns,
-    }
     shaped = f"{anchor}_shaped"
     if shaped in SCENARIOS[scenario]:
         # The anchor's loop in ctxlock's shape, timed against ctxlock in rounds of its own.
@@ -154,6 +144,20 @@ def _alone(scenario: str | None, anchor: str, n: int, cfg: Config) -> tuple[str,
             "shaped_alone_ratio": ours_again_ns / shaped_ns,
         }
     return note, extra
+
+
+def _side_by_side(
+    scenario: str, anchor: str, n: int, cfg: Config, key: str
+) -> tuple[str, dict[str, float]]:
+    """ctxlock and ``anchor`` in ``scenario`` (``_one_thread``): the note's words, and the
+    extra figures ``ours_{key}_ns``, ``anchor_{key}_ns`` and ``{key}_ratio``."""
+    ours_ns, their_ns, text = _one_thread(scenario, anchor, anchor, n, cfg)
+    extra = {
+        f"ours_{key}_ns": ours_ns,
+        f"anchor_{key}_ns": their_ns,
+        f"{key}_ratio": ours_ns / their_ns,
+    }
+    return text, extra
 
 
 def _one_thread(
