@@ -3,8 +3,8 @@
 The workloads are ``ctxlock._bench``'s, the same ones ``python -m ctxlock bench`` times, so
 the two cannot disagree. Peers: ``threading.Lock``, ``asyncio.Lock``, readerwriterlock,
 aiologic and ctxlock, and the controls (no lock at all; ``threading.Lock`` in ctxlock's
-loop shape); a peer that is not installed skips its case, and a workload that raises
-anything else fails it.
+loop shape, and taking a reference to its lock on each hold); a peer that is not
+installed skips its case, and a workload that raises anything else fails it.
 
 pyproject passes ``--benchmark-disable``, so a plain ``pytest`` runs each case once as a
 smoke test. To time them: ``pytest benches --benchmark-enable``, and compare within a group

@@ -116,6 +116,12 @@ def test_quick_bench_json(tmp_path: Path) -> None:
         far["ours_elsewhere_ns"] / far["anchor_elsewhere_ns"]
     )
     assert plain["note"].startswith("in a thread that did not make the lock: ctxlock "), plain
+    # There, against threading.Lock taking a reference to its lock on each hold.
+    assert far["ours_elsewhere_vs_kept_ns"] > 0 and far["anchor_kept_elsewhere_ns"] > 0, plain
+    assert far["kept_elsewhere_ratio"] == pytest.approx(
+        far["ours_elsewhere_vs_kept_ns"] / far["anchor_kept_elsewhere_ns"]
+    )
+    assert "keeping a reference to its lock per hold" in plain["note"], plain
 
 
 class _Where(_bench.Workload):
@@ -430,13 +436,19 @@ def test_quick_contended_and_drain_rows(tmp_path: Path) -> None:
         if key.endswith("_acquire"):
             # And the anchor's loop in ctxlock's shape (its release called through a
             # local), against ctxlock again: the interpreter's part of the comparison.
-            assert extra["anchor_shaped_alone_ns"] > 0 and extra["ours_alone_again_ns"] > 0
-            assert extra["shaped_alone_ratio"] == pytest.approx(
-                extra["ours_alone_again_ns"] / extra["anchor_shaped_alone_ns"]
-            )
+            # And with a reference to the lock taken on each hold, as an Unlock takes
+            # one: what that count costs.
+            for control in ("shaped", "kept"):
+                ours, theirs = (
+                    extra[f"ours_alone_vs_{control}_ns"],
+                    extra[f"anchor_{control}_alone_ns"],
+                )
+                assert ours > 0 and theirs > 0, (control, extra)
+                assert extra[f"{control}_alone_ratio"] == pytest.approx(ours / theirs)
             assert "in ctxlock's loop shape" in row["note"], row["note"]
+            assert "keeping a reference to its lock per hold" in row["note"], row["note"]
         else:
-            assert "shaped_alone_ratio" not in extra, extra
+            assert "shaped_alone_ratio" not in extra and "kept_alone_ratio" not in extra, extra
         if extra["ours_starved_threads"] > 0:
             assert row["status"] == "miss", row
     drain, extra = rows["drain_100"], rows["drain_100"]["extra"]

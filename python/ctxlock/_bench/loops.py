@@ -15,6 +15,7 @@ __all__ = [
     "AsyncWith",
     "CtxlockAcquireDeadline",
     "CtxlockAcquireUnlock",
+    "ThreadingAcquireKept",
     "ThreadingAcquireRelease",
     "ThreadingAcquireTimeout",
     "WithLoop",
@@ -41,6 +42,7 @@ class ThreadingAcquireRelease(Workload):
 
     def __init__(self) -> None:
         lock = threading.Lock()
+        self._lock = lock
         self._acquire = lock.acquire
         self._release = lock.release
 
@@ -49,6 +51,22 @@ class ThreadingAcquireRelease(Workload):
         start = perf_counter_ns()
         for _ in repeat(None, n):
             a()
+            r()
+        return Sample(n, perf_counter_ns() - start)
+
+
+class ThreadingAcquireKept(ThreadingAcquireRelease):
+    """``a(); kept = lock; r()``: ``ThreadingAcquireRelease`` taking a reference to its lock
+    on every hold, as an ``Unlock`` must (it may outlive every other reference to the lock).
+    A control: on the free-threaded build, a reference to an object another thread made is
+    an atomic count, so this measures what holding one costs there."""
+
+    def run(self, n: int) -> Sample:
+        lock, a, r = self._lock, self._acquire, self._release
+        start = perf_counter_ns()
+        for _ in repeat(None, n):
+            a()
+            _kept = lock
             r()
         return Sample(n, perf_counter_ns() - start)
 
@@ -72,6 +90,7 @@ class ThreadingAcquireTimeout(Workload):
 
     def __init__(self) -> None:
         lock = threading.Lock()
+        self._lock = lock
         self._acquire = lock.acquire
         self._release = lock.release
 

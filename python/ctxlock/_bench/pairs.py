@@ -36,7 +36,8 @@ def pair(
     scenario of the same loop in one thread: both locks are timed in it too, interleaved,
     and the note says what the ratio is with no contention. ``elsewhere`` names the
     scenario of the same loop run by a thread that did not make the lock: timed the same
-    way, for the note (the row's figures are those of ``scenario``).
+    way, for the note (the row's figures are those of ``scenario``). Where the scenario of
+    the note has controls (``CONTROLS``), each is timed against ctxlock there too.
     """
 
     def measure(row: Row, cfg: Config) -> RowResult:
@@ -49,8 +50,9 @@ def pair(
             if elsewhere is None:
                 return row.result(ours_ns, their_ns, ratio)
             text, extra = _side_by_side(elsewhere, anchor, n, cfg, "elsewhere")
-            note = f"in a thread that did not make the lock: {text}"
-            return row.result(ours_ns, their_ns, ratio, note=note, extra=extra)
+            more, more_extra = _controls(elsewhere, anchor, n, cfg, "elsewhere", "there")
+            note = f"in a thread that did not make the lock: {text}{more}"
+            return row.result(ours_ns, their_ns, ratio, note=note, extra=extra | more_extra)
         our_wait = median([s.max_wait_ns for s in ours_samples])
         their_wait = median([s.max_wait_ns for s in their_samples])
         # Thread switches per 1,000 operations: what a convoy costs (see BENCHMARKS.md).
@@ -132,16 +134,40 @@ def _alone(scenario: str | None, anchor: str, n: int, cfg: Config) -> tuple[str,
     if scenario is None:
         return "", {}
     text, extra = _side_by_side(scenario, anchor, n, cfg, "alone")
-    note = f"; the same loop in one thread alone (no contention): {text}"
-    shaped = f"{anchor}_shaped"
-    if shaped in SCENARIOS[scenario]:
-        # The anchor's loop in ctxlock's shape, timed against ctxlock in rounds of its own.
-        ours_again_ns, shaped_ns, text = _one_thread(scenario, shaped, anchor, n, cfg)
-        note += f"; {PEER_LABELS[shaped]} (u = release; acquire(); ...; u()), alone: {text}"
+    more, more_extra = _controls(scenario, anchor, n, cfg, "alone", "alone")
+    return f"; the same loop in one thread alone (no contention): {text}{more}", extra | more_extra
+
+
+#: The controls a scenario may have: the anchor's loop changed in one way, so that a
+#: ratio against it shows how much of the row's ratio that one thing is. Each is a peer
+#: ``{anchor}_{control}`` of the scenario, and the words that say what was changed.
+CONTROLS = (
+    # The release called through a local set on each operation, as ctxlock's `Unlock` is.
+    ("shaped", "(u = release; acquire(); ...; u())"),
+    # A reference to the lock taken on each hold, as an `Unlock` takes one.
+    ("kept", "(acquire(); kept = lock; ...; release())"),
+)
+
+
+def _controls(
+    scenario: str, anchor: str, n: int, cfg: Config, key: str, where: str
+) -> tuple[str, dict[str, float]]:
+    """Each of ``CONTROLS`` that ``scenario`` has, timed against ctxlock in rounds of its
+    own: the note's words (``where`` says where the loops ran) and the extra figures
+    ``ours_{key}_vs_{control}_ns``, ``anchor_{control}_{key}_ns`` and
+    ``{control}_{key}_ratio``."""
+    note = ""
+    extra: dict[str, float] = {}
+    for control, words in CONTROLS:
+        peer = f"{anchor}_{control}"
+        if peer not in SCENARIOS[scenario]:
+            continue
+        ours_ns, their_ns, text = _one_thread(scenario, peer, anchor, n, cfg)
+        note += f"; {PEER_LABELS[peer]} {words}, {where}: {text}"
         extra |= {
-            "ours_alone_again_ns": ours_again_ns,
-            "anchor_shaped_alone_ns": shaped_ns,
-            "shaped_alone_ratio": ours_again_ns / shaped_ns,
+            f"ours_{key}_vs_{control}_ns": ours_ns,
+            f"anchor_{control}_{key}_ns": their_ns,
+            f"{control}_{key}_ratio": ours_ns / their_ns,
         }
     return note, extra
 

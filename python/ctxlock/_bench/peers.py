@@ -83,6 +83,7 @@ PEER_LABELS: Mapping[str, str] = {
     "ctxlock": "ctxlock",
     "threading": "threading.Lock",
     "threading_shaped": "threading.Lock in ctxlock's loop shape",
+    "threading_kept": "threading.Lock keeping a reference to its lock per hold",
     "asyncio": "asyncio.Lock",
     "aiologic": "aiologic.Lock",
     "readerwriterlock": "RWLockFair reader",

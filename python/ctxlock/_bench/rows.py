@@ -9,7 +9,10 @@ over cost, so lower is better). The rows:
 ``acquire_unlock``
     ``u = acq(); u()`` with ``acq = lock.acquire`` pre-bound, against ``threading.Lock``'s
     pre-bound ``acquire()`` / ``release()``. Target <= 1.0. The note has the same loop in
-    a thread that did not make the lock (``InAnotherThread``), for both locks.
+    a thread that did not make the lock (``InAnotherThread``), for both locks, and there
+    ctxlock against ``threading.Lock``'s loop taking a reference to its lock on each hold
+    (``acquire(); kept = lock; release()``), as an ``Unlock`` takes one: on a free-threaded
+    build that count is atomic in a thread that did not make the lock.
 ``with``
     ``with lock: pass`` on one reused lock, against the same with one ``threading.Lock``.
     Target <= 0.7.
@@ -46,7 +49,9 @@ over cost, so lower is better). The rows:
     longest-wait and progress conditions of ``contended_2`` and its note's figures. The
     note also times, in one thread alone, ``threading.Lock``'s loop in the shape of
     ctxlock's (``u = release; acquire(); counter += 1; u()``, its bound methods made by
-    the looping thread) against ctxlock's: what the interpreter charges for that shape.
+    the looping thread) against ctxlock's: what the interpreter charges for that shape;
+    and ``threading.Lock``'s loop taking a reference to its lock on each hold, as
+    ``acquire_unlock``'s note does.
 ``contended_4_acquire``
     The same with four threads. Target <= 1.0.
 ``drain_100``

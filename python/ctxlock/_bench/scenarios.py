@@ -16,6 +16,7 @@ from ctxlock._bench.loops import (
     AsyncWith,
     CtxlockAcquireDeadline,
     CtxlockAcquireUnlock,
+    ThreadingAcquireKept,
     ThreadingAcquireRelease,
     ThreadingAcquireTimeout,
     WithLoop,
@@ -41,6 +42,7 @@ from ctxlock._bench.threads import (
     Drain,
     NoLockContendedAcquire,
     ThreadingContendedAcquire,
+    ThreadingKeptAcquire,
     ThreadingShapedAcquire,
 )
 from ctxlock._bench.workload import InAnotherThread, Workload
@@ -59,6 +61,7 @@ SCENARIOS: Mapping[str, Mapping[str, WorkloadFactory]] = {
     "acquire_unlock_elsewhere": {
         "ctxlock": lambda: InAnotherThread(CtxlockAcquireUnlock()),
         "threading": lambda: InAnotherThread(ThreadingAcquireRelease()),
+        "threading_kept": lambda: InAnotherThread(ThreadingAcquireKept()),
     },
     "with": {
         "ctxlock": functools.partial(WithLoop, ctxlock_lock),
@@ -95,6 +98,7 @@ SCENARIOS: Mapping[str, Mapping[str, WorkloadFactory]] = {
         "ctxlock": functools.partial(CtxlockContendedAcquire, 1),
         "threading": functools.partial(ThreadingContendedAcquire, 1),
         "threading_shaped": functools.partial(ThreadingShapedAcquire, 1),
+        "threading_kept": functools.partial(ThreadingKeptAcquire, 1),
     },
     "contended_2_acquire": {
         "ctxlock": functools.partial(CtxlockContendedAcquire, 2),

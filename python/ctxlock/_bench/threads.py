@@ -24,6 +24,7 @@ __all__ = [
     "NoLockContendedAcquire",
     "Progress",
     "ThreadingContendedAcquire",
+    "ThreadingKeptAcquire",
     "ThreadingShapedAcquire",
     "progress",
 ]
@@ -241,6 +242,31 @@ class ThreadingShapedAcquire(ThreadingContendedAcquire):
             a = clock()
             counter[0] += 1
             u()
+            before(b)
+            after(a)
+
+
+class ThreadingKeptAcquire(ThreadingContendedAcquire):
+    """The same ``threading.Lock`` loop taking a reference to its lock on every hold,
+    ``acquire(); kept = lock; …; release()``, as ctxlock's ``Unlock`` does: a control for
+    what that reference costs (on a free-threaded build, from a thread that did not make
+    the lock, it is an atomic count; see ``ThreadingAcquireKept``)."""
+
+    def _loop(
+        self,
+        n: int,
+        counter: list[int],
+        before: Callable[[int], None],
+        after: Callable[[int], None],
+    ) -> None:
+        lock, acq, rel, clock = self._lock, self._acquire, self._release, perf_counter_ns
+        for _ in repeat(None, n):
+            b = clock()
+            acq()
+            _kept = lock
+            a = clock()
+            counter[0] += 1
+            rel()
             before(b)
             after(a)
 
