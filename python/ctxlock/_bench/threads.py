@@ -1,4 +1,9 @@
-"""Threads contending for one lock: the ``contended_*`` rows and ``drain_100``."""
+"""Threads contending for one lock: the ``contended_*`` rows and ``drain_100``.
+
+Each workload's timed loop is written out whole, though several differ from another in
+one statement only (the controls): a call or a branch shared between them would be timed
+too, and would not cost the same in each.
+"""
 
 from __future__ import annotations
 
