@@ -18,6 +18,8 @@
 //!   only while the wait's statement runs there (`cancel_wait`): the signal is sent
 //!   before that session can run anything else, so it never cancels a later statement
 //!   (the protocol's cancel request, sent from another thread, could arrive that late).
+//!   It names the session's backend by pid and start time: a later backend that was
+//!   given the same pid is never signalled.
 //!   Whatever the outcome of a wait that was cancelled or failed, its session then runs
 //!   `pg_advisory_unlock_all()` (a waiting session holds nothing else), or is closed if
 //!   that fails: a grant that raced the cancel is never kept.
@@ -75,6 +77,10 @@ const ANSWER_CHUNK: usize = 3900;
 /// Managers made in this process: each one's sessions say which manager they are.
 static MANAGERS: AtomicU64 = AtomicU64::new(0);
 
+/// A backend's start time in `pg_stat_activity` (`backend_start`) as `Conn::started`
+/// keeps it: whole microseconds, as the server computes them, so that two reads of one
+/// backend compare equal.
+const STARTED: &str = "(extract(epoch FROM backend_start) * 1000000)::int8";
 /// How long a waiter that gives up waits at most for the server's wait to end.
 const WITHDRAW_WAIT: Duration = Duration::from_secs(1);
 /// Idle gates (names used and let go) a manager keeps.
@@ -114,6 +120,10 @@ struct Conn {
     client: Client,
     /// Its backend's process id (`pg_locks.pid`).
     pid: i32,
+    /// When its backend started, in microseconds since 1970 (0: unknown): with `pid`, a
+    /// backend the server cannot have had before nor have again (a pid is reused only by
+    /// a later backend), so a signal meant for it never reaches another (`cancel_wait`).
+    started: i64,
 }
 
 /// The main session and its prepared statements.
@@ -171,6 +181,8 @@ struct Gate {
 #[derive(Clone)]
 struct Waiting {
     pid: i32,
+    /// See `Conn::started`.
+    started: i64,
     token: CancelToken,
     mode: Mode,
 }
@@ -346,15 +358,22 @@ impl Keeper {
         // (PostgreSQL 14 and later) a client killed while it waits keeps its place in the
         // queue (holding new shared requests back behind its exclusive one) until the lock
         // is granted to it.
-        let pid = client
+        let row = client
             .query_one(
-                "SELECT pg_backend_pid(), CASE WHEN current_setting('server_version_num')::int \
-                 >= 140000 THEN set_config('client_connection_check_interval', '500ms', false) END",
+                &format!(
+                    "SELECT pg_backend_pid(), coalesce((SELECT {STARTED} FROM pg_stat_activity \
+                     WHERE pid = pg_backend_pid()), 0), CASE WHEN \
+                     current_setting('server_version_num')::int >= 140000 THEN \
+                     set_config('client_connection_check_interval', '500ms', false) END"
+                ),
                 &[],
             )
-            .map_err(|e| self.error("cannot start a session", &e))?
-            .get(0);
-        Ok(Conn { client, pid })
+            .map_err(|e| self.error("cannot start a session", &e))?;
+        Ok(Conn {
+            client,
+            pid: row.get(0),
+            started: row.get(1),
+        })
     }
 
     fn prepare(&self, mut conn: Conn) -> Result<Main, Failure> {
@@ -380,12 +399,15 @@ impl Keeper {
         // Signal the session, and say whether it was running a statement just before: a
         // session between statements ignores the signal (so a wait not yet sent would go
         // on uncancelled). The state is read first (the materialized scan reads the
-        // activity snapshot before the signal goes); no row: the session is gone. A
-        // server that does not track activities never says "active": the caller then
-        // signals again until the wait ends.
-        let cancel = p("WITH s AS MATERIALIZED \
-                        (SELECT state FROM pg_stat_activity WHERE pid = $1) \
-                        SELECT s.state = 'active', pg_cancel_backend($1) FROM s")?;
+        // activity snapshot before the signal goes); no row: the session is gone (its
+        // backend ended, even if a later one has its pid: the start time tells them
+        // apart). A server that does not track activities never says "active": the
+        // caller then signals again until the wait ends.
+        let cancel = p(&format!(
+            "WITH s AS MATERIALIZED (SELECT state FROM pg_stat_activity \
+             WHERE pid = $1 AND ({STARTED} = $2 OR $2 = 0)) \
+             SELECT s.state = 'active', pg_cancel_backend($1) FROM s"
+        ))?;
         Ok(Main {
             conn,
             try_x,
@@ -814,6 +836,7 @@ impl Keeper {
                 }
                 g.wait = Some(Waiting {
                     pid: conn.pid,
+                    started: conn.started,
                     token: conn.client.cancel_token(),
                     mode,
                 });
@@ -1086,7 +1109,11 @@ impl Keeper {
             return true;
         };
         if let Some(main) = gates.main.as_mut() {
-            match main.conn.client.query_opt(&main.cancel, &[&wait.pid]) {
+            match main
+                .conn
+                .client
+                .query_opt(&main.cancel, &[&wait.pid, &wait.started])
+            {
                 Ok(row) => return row.is_none_or(|r| r.get::<_, Option<bool>>(0) == Some(true)),
                 // The server refused it (the session lives): the protocol's way instead.
                 Err(e) if e.code().is_some() => {}
@@ -1370,7 +1397,12 @@ impl Keeper {
             ))
             .map_err(|e| self.error("cannot listen", &e))?;
         *self.listening.lock().unwrap_or_else(|e| e.into_inner()) = Some(pid);
-        Ok(Conn { client, pid })
+        // Its backend is never signalled: no start time is needed.
+        Ok(Conn {
+            client,
+            pid,
+            started: 0,
+        })
     }
 
     /// Take the next notification (200 ms at most) and act on it.
