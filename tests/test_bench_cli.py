@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dis
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -15,7 +17,9 @@ import ctxlock
 import pytest
 from ctxlock import _bench, _cli
 from ctxlock._bench.interpreters import interpreter_label
-from ctxlock._bench.threads import progress
+from ctxlock._bench.loops import ThreadingAcquireKept
+from ctxlock._bench.scenarios import SCENARIOS
+from ctxlock._bench.threads import ThreadingKeptAcquire, progress
 from ctxlock._bench.workload import InAnotherThread
 
 #: Every row of the report, in order; a row may be skipped but never left out.
@@ -140,6 +144,38 @@ class _Where(_bench.Workload):
 
     def close(self) -> None:
         self.closed = True
+
+
+def _loads_kept(code: object) -> list[str]:
+    """The instructions that load what the local ``_kept`` is set from, in ``code``'s
+    bytecode (as this interpreter compiles it: a store may be fused with the next load)."""
+    loads = []
+    for before, store in itertools.pairwise(dis.get_instructions(code)):  # type: ignore[arg-type]
+        names = store.argval if isinstance(store.argval, tuple) else (store.argval,)
+        if store.opname.startswith("STORE_FAST") and names[0] == "_kept":
+            loads.append(f"{before.opname} {before.argval}")
+    return loads
+
+
+@pytest.mark.parametrize(
+    "code", [ThreadingAcquireKept.run, ThreadingKeptAcquire._loop], ids=["elsewhere", "alone"]
+)
+def test_the_kept_controls_take_a_reference_to_the_lock_on_each_hold(code: object) -> None:
+    # A plain load of the lock stored in a local: the reference an Unlock keeps. (A
+    # borrowed load, which a later interpreter might make of it, would count nothing.)
+    assert _loads_kept(code) == ["LOAD_FAST lock"], dis.Bytecode(code).dis()  # type: ignore[arg-type]
+
+
+def test_the_kept_controls_run_on_a_lock_the_main_thread_made() -> None:
+    # On the free-threaded build the reference is an atomic count only in a thread that
+    # did not make the lock: the note's loop runs in another thread, and the contended
+    # rows' loops run in their own threads.
+    with SCENARIOS["acquire_unlock_elsewhere"]["threading_kept"]() as far:
+        assert isinstance(far, InAnotherThread)
+        assert far.run(100).ops == 100
+    with SCENARIOS["contended_1_acquire"]["threading_kept"]() as alone:
+        assert isinstance(alone, ThreadingKeptAcquire)
+        assert alone.run(100).ops == 100
 
 
 def test_in_another_thread_runs_its_workload_in_a_new_thread_and_hands_back_errors() -> None:

@@ -19,7 +19,9 @@
 //!   before that session can run anything else, so it never cancels a later statement
 //!   (the protocol's cancel request, sent from another thread, could arrive that late).
 //!   It names the session's backend by pid and start time: a later backend that was
-//!   given the same pid is never signalled.
+//!   given the same pid is not signalled, unless it got the pid within that one
+//!   statement (between its read of the activity and its signal), or the server showed
+//!   no start time.
 //!   Whatever the outcome of a wait that was cancelled or failed, its session then runs
 //!   `pg_advisory_unlock_all()` (a waiting session holds nothing else), or is closed if
 //!   that fails: a grant that raced the cancel is never kept.
@@ -122,7 +124,8 @@ struct Conn {
     pid: i32,
     /// When its backend started, in microseconds since 1970 (0: unknown): with `pid`, a
     /// backend the server cannot have had before nor have again (a pid is reused only by
-    /// a later backend), so a signal meant for it never reaches another (`cancel_wait`).
+    /// a later backend), so that a signal meant for it does not reach another
+    /// (`cancel_wait`).
     started: i64,
 }
 
@@ -401,11 +404,13 @@ impl Keeper {
         // on uncancelled). The state is read first (the materialized scan reads the
         // activity snapshot before the signal goes); no row: the session is gone (its
         // backend ended, even if a later one has its pid: the start time tells them
-        // apart). A server that does not track activities never says "active": the
-        // caller then signals again until the wait ends.
+        // apart). A start time the reader may not see (another role's session) is no
+        // reason to skip the signal: the server refuses it then, and the caller sends the
+        // protocol's cancel. A server that does not track activities never says "active":
+        // the caller then signals again until the wait ends.
         let cancel = p(&format!(
-            "WITH s AS MATERIALIZED (SELECT state FROM pg_stat_activity \
-             WHERE pid = $1 AND ({STARTED} = $2 OR $2 = 0)) \
+            "WITH s AS MATERIALIZED (SELECT state FROM pg_stat_activity WHERE pid = $1 \
+             AND ($2::int8 = 0 OR backend_start IS NULL OR {STARTED} = $2::int8)) \
              SELECT s.state = 'active', pg_cancel_backend($1) FROM s"
         ))?;
         Ok(Main {

@@ -90,7 +90,6 @@ class ThreadingAcquireTimeout(Workload):
 
     def __init__(self) -> None:
         lock = threading.Lock()
-        self._lock = lock
         self._acquire = lock.acquire
         self._release = lock.release
 

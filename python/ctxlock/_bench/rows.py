@@ -11,7 +11,7 @@ over cost, so lower is better). The rows:
     pre-bound ``acquire()`` / ``release()``. Target <= 1.0. The note has the same loop in
     a thread that did not make the lock (``InAnotherThread``), for both locks, and there
     ctxlock against ``threading.Lock``'s loop taking a reference to its lock on each hold
-    (``acquire(); kept = lock; release()``), as an ``Unlock`` takes one: on a free-threaded
+    (``acquire(); kept = lock; ...; release()``), as an ``Unlock`` takes one: on a free-threaded
     build that count is atomic in a thread that did not make the lock.
 ``with``
     ``with lock: pass`` on one reused lock, against the same with one ``threading.Lock``.
