@@ -38,6 +38,7 @@ import os
 import pickle
 import random
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -320,6 +321,53 @@ def test_sessions_are_named_ctxlock_unless_the_url_names_them(
     with LockManager(server.url + "?application_name=billing") as mgr, mgr.lock(ns + "b"):
         rows = advisory_locks(admin)
         assert [r.application_name for r in rows] == ["billing"], rows
+
+
+def _tcp_user_timeouts(port: int) -> dict[str, int]:
+    """This process's TCP connections to ``port``: each socket's inode and its
+    ``TCP_USER_TIMEOUT`` in ms (0: the kernel's default), read through a duplicate of its
+    descriptor."""
+    inodes = set()
+    with open("/proc/net/tcp") as table:
+        next(table)
+        for line in table:
+            fields = line.split()
+            if int(fields[2].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    found = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile (the listing's own descriptor, for one)
+            continue
+        inode = target.removeprefix("socket:[").removesuffix("]")
+        if target.startswith("socket:[") and inode in inodes:
+            with socket.socket(fileno=os.dup(int(fd))) as sock:
+                found[inode] = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and TCP_USER_TIMEOUT")
+def test_a_session_gives_up_unacknowledged_data_in_the_keepalives_time(
+    server: pg_server.PgServer, ns: str
+) -> None:
+    # Keepalives notice a silent server only while nothing is in flight; data the server
+    # never acknowledges is bounded by TCP_USER_TIMEOUT: by default the keepalives' own
+    # time (5 + 3 x 2 s), else the url's, in ms as libpq's; 0 or keepalives=0 leave the
+    # kernel's.
+    seen = set(_tcp_user_timeouts(server.port))
+    for query, expected in [
+        ("", 11_000),
+        ("?keepalives_idle=20&keepalives_count=5", 30_000),
+        ("?tcp_user_timeout=2500", 2_500),
+        ("?tcp_user_timeout=0", 0),
+        ("?keepalives=0", 0),
+    ]:
+        with LockManager(server.url + query) as mgr, mgr.lock(ns + "a"):
+            now = _tcp_user_timeouts(server.port)
+        new = {inode: ms for inode, ms in now.items() if inode not in seen}
+        seen.update(now)
+        assert new and set(new.values()) == {expected}, (query, new)
 
 
 def test_the_manager_keeps_its_fence_sequence_and_its_names_in_the_role_s_schema(

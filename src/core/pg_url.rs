@@ -46,6 +46,7 @@ const PARAMS: &[&str] = &[
     "keepalives_idle",
     "keepalives_interval",
     "keepalives_count",
+    "tcp_user_timeout",
     "options",
 ];
 
@@ -78,7 +79,6 @@ const LIBPQ_ONLY: &[&str] = &[
     "service",
     "target_session_attrs",
     "load_balance_hosts",
-    "tcp_user_timeout",
     "scram_client_key",
     "scram_server_key",
 ];
@@ -131,6 +131,7 @@ struct Given {
     keepalives_idle: Option<String>,
     keepalives_interval: Option<String>,
     keepalives_count: Option<String>,
+    tcp_user_timeout: Option<String>,
     options: Option<String>,
 }
 
@@ -477,6 +478,7 @@ fn parse_query<'a>(
             "keepalives_idle" => given.keepalives_idle = value,
             "keepalives_interval" => given.keepalives_interval = value,
             "keepalives_count" => given.keepalives_count = value,
+            "tcp_user_timeout" => given.tcp_user_timeout = value,
             "options" => given.options = value,
             _ => unreachable!("every name in PARAMS is matched"),
         }
@@ -605,12 +607,11 @@ fn finish(
         },
     };
     config.keepalives(keepalives);
-    config.keepalives_idle(
-        seconds(&given.keepalives_idle, "keepalives_idle")?.unwrap_or(KEEPALIVES_IDLE),
-    );
-    config.keepalives_interval(
-        seconds(&given.keepalives_interval, "keepalives_interval")?.unwrap_or(KEEPALIVES_INTERVAL),
-    );
+    let idle = seconds(&given.keepalives_idle, "keepalives_idle")?.unwrap_or(KEEPALIVES_IDLE);
+    config.keepalives_idle(idle);
+    let interval =
+        seconds(&given.keepalives_interval, "keepalives_interval")?.unwrap_or(KEEPALIVES_INTERVAL);
+    config.keepalives_interval(interval);
     let count = match given.keepalives_count.as_deref() {
         None => KEEPALIVES_COUNT,
         Some(v) => match v.trim().parse::<u32>() {
@@ -623,6 +624,27 @@ fn finish(
         },
     };
     config.keepalives_retries(count);
+    // Keepalives notice a peer gone silent only while nothing is in flight: data sent
+    // and never acknowledged (a statement, or the answer to a ping, to a server cut off)
+    // is retransmitted for the kernel's time instead, about 15 minutes. The default
+    // bounds that by the keepalives' own time, so that a session is given up as soon
+    // either way; with keepalives off, the kernel's default stays. As libpq, in
+    // milliseconds, 0 for the kernel's default.
+    let user_timeout = match given.tcp_user_timeout.as_deref() {
+        None => keepalives.then(|| idle + interval * count),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(0) => None,
+            Ok(ms) => Some(Duration::from_millis(ms)),
+            Err(_) => {
+                return Err(format!(
+                    "tcp_user_timeout must be a whole number of milliseconds, not {v:?}"
+                ))
+            }
+        },
+    };
+    if let Some(t) = user_timeout {
+        config.tcp_user_timeout(t);
+    }
 
     // TLS. The server takes none on a unix socket, and libpq asks for none there.
     let all_unix = hosts.iter().all(|h| h.starts_with('/'));
@@ -1309,7 +1331,7 @@ Fe9ppwGOGdE7k/KnLos=
     fn query_parameters() {
         let t = parse(
             "postgresql://h1/db1?host=%2Fsock&port=7&user=u2&dbname=d2&options=-c%20x%3Dy\
-             &keepalives_idle=9&keepalives_interval=4&keepalives_count=6",
+             &keepalives_idle=9&keepalives_interval=4&keepalives_count=6&tcp_user_timeout=2500",
         )
         .unwrap();
         assert_eq!(tcp(&t), ["unix:/sock"]);
@@ -1324,6 +1346,10 @@ Fe9ppwGOGdE7k/KnLos=
             Some(Duration::from_secs(4))
         );
         assert_eq!(t.config.get_keepalives_retries(), Some(6));
+        assert_eq!(
+            t.config.get_tcp_user_timeout(),
+            Some(&Duration::from_millis(2500))
+        );
         // A plain path works for host= too, and a later piece overrides an earlier one.
         let t = parse("postgresql:///db?host=/a&host=/b&user=x&user=").unwrap();
         assert_eq!(tcp(&t), ["unix:/b"]);
@@ -1343,6 +1369,26 @@ Fe9ppwGOGdE7k/KnLos=
             Some(Duration::from_secs(2))
         );
         assert_eq!(t.config.get_keepalives_retries(), Some(3));
+        // Unacknowledged data is given up on in the keepalives' time: 5 + 3 x 2 s.
+        assert_eq!(
+            t.config.get_tcp_user_timeout(),
+            Some(&Duration::from_secs(11))
+        );
+        let t = parse("postgresql://h?keepalives_idle=20&keepalives_count=5").unwrap();
+        assert_eq!(
+            t.config.get_tcp_user_timeout(),
+            Some(&Duration::from_secs(30))
+        );
+        // Without keepalives, or with 0, the kernel's default.
+        let t = parse("postgresql://h?keepalives=0").unwrap();
+        assert_eq!(t.config.get_tcp_user_timeout(), None);
+        let t = parse("postgresql://h?tcp_user_timeout=0").unwrap();
+        assert_eq!(t.config.get_tcp_user_timeout(), None);
+        let t = parse("postgresql://h?keepalives=0&tcp_user_timeout=700").unwrap();
+        assert_eq!(
+            t.config.get_tcp_user_timeout(),
+            Some(&Duration::from_millis(700))
+        );
         assert_eq!(
             t.config.get_connect_timeout(),
             Some(&Duration::from_secs(10))
@@ -1373,6 +1419,8 @@ Fe9ppwGOGdE7k/KnLos=
                 "keepalives_interval",
             ),
             ("postgresql://h?keepalives_count=x", "keepalives_count"),
+            ("postgresql://h?tcp_user_timeout=-1", "tcp_user_timeout"),
+            ("postgresql://h?tcp_user_timeout=1.5", "tcp_user_timeout"),
         ] {
             let e = err(url);
             assert!(e.starts_with(name), "{url}: {e}");
