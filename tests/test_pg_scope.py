@@ -323,51 +323,64 @@ def test_sessions_are_named_ctxlock_unless_the_url_names_them(
         assert [r.application_name for r in rows] == ["billing"], rows
 
 
-def _tcp_user_timeouts(port: int) -> dict[str, int]:
-    """This process's TCP connections to ``port``: each socket's inode and its
-    ``TCP_USER_TIMEOUT`` in ms (0: the kernel's default), read through a duplicate of its
-    descriptor."""
+def _tcp_user_timeouts(local_ports: set[int]) -> list[int]:
+    """The ``TCP_USER_TIMEOUT`` in ms (0: the kernel's default) of this process's TCP
+    sockets on ``local_ports``, read through a duplicate of each one's descriptor."""
     inodes = set()
     with open("/proc/net/tcp") as table:
         next(table)
         for line in table:
             fields = line.split()
-            if int(fields[2].rsplit(":", 1)[1], 16) == port:
-                inodes.add(fields[9])
-    found = {}
+            if int(fields[1].rsplit(":", 1)[1], 16) in local_ports:
+                inodes.add(int(fields[9]))
+    found = []
     for fd in os.listdir("/proc/self/fd"):
+        # A descriptor may be closed (and its number reused) by a background thread at
+        # any point: the duplicate is checked to be the socket found, else skipped.
         try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:  # closed meanwhile (the listing's own descriptor, for one)
+            dup = os.dup(int(fd))
+        except OSError:
             continue
-        inode = target.removeprefix("socket:[").removesuffix("]")
-        if target.startswith("socket:[") and inode in inodes:
-            with socket.socket(fileno=os.dup(int(fd))) as sock:
-                found[inode] = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
+        try:
+            if os.fstat(dup).st_ino not in inodes:
+                continue
+            with socket.socket(fileno=os.dup(dup)) as sock:
+                found.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT))
+        except OSError:
+            continue
+        finally:
+            os.close(dup)
     return found
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and TCP_USER_TIMEOUT")
 def test_a_session_gives_up_unacknowledged_data_in_the_keepalives_time(
-    server: pg_server.PgServer, ns: str
+    server: pg_server.PgServer, admin: Admin, ns: str
 ) -> None:
     # Keepalives notice a silent server only while nothing is in flight; data the server
     # never acknowledges is bounded by TCP_USER_TIMEOUT: by default the keepalives' own
-    # time (5 + 3 x 2 s), else the url's, in ms as libpq's; 0 or keepalives=0 leave the
-    # kernel's.
-    seen = set(_tcp_user_timeouts(server.port))
-    for query, expected in [
-        ("", 11_000),
-        ("?keepalives_idle=20&keepalives_count=5", 30_000),
-        ("?tcp_user_timeout=2500", 2_500),
-        ("?tcp_user_timeout=0", 0),
-        ("?keepalives=0", 0),
-    ]:
-        with LockManager(server.url + query) as mgr, mgr.lock(ns + "a"):
-            now = _tcp_user_timeouts(server.port)
-        new = {inode: ms for inode, ms in now.items() if inode not in seen}
-        seen.update(now)
-        assert new and set(new.values()) == {expected}, (query, new)
+    # time (5 + 3 x 2 s), else the url's, in ms as libpq's; 0 (or less) or keepalives=0
+    # leave the kernel's. Each manager's sessions are told apart by their
+    # application_name, and found by their client port.
+    for i, (query, expected) in enumerate(
+        [
+            ("", 11_000),
+            ("&keepalives_idle=20&keepalives_count=5", 30_000),
+            ("&tcp_user_timeout=2500", 2_500),
+            ("&tcp_user_timeout=0", 0),
+            ("&tcp_user_timeout=-5", 0),
+            ("&keepalives=0", 0),
+        ]
+    ):
+        app = f"{ns}{i}"
+        with LockManager(f"{server.url}?application_name={app}{query}") as mgr, mgr.lock(ns):
+            rows = admin.execute(
+                "SELECT client_port FROM pg_stat_activity WHERE starts_with(application_name, %s)",
+                (app,),
+            ).fetchall()
+            ports = {port for (port,) in rows}
+            found = _tcp_user_timeouts(ports)
+        assert found and set(found) == {expected}, (query, rows, found)
 
 
 def test_the_manager_keeps_its_fence_sequence_and_its_names_in_the_role_s_schema(

@@ -628,16 +628,24 @@ fn finish(
     // and never acknowledged (a statement, or the answer to a ping, to a server cut off)
     // is retransmitted for the kernel's time instead, about 15 minutes. The default
     // bounds that by the keepalives' own time, so that a session is given up as soon
-    // either way; with keepalives off, the kernel's default stays. As libpq, in
-    // milliseconds, 0 for the kernel's default.
+    // either way; with keepalives off, the kernel's default stays. (Set, it also ends
+    // a quiet connection whose probes go unanswered for that long, whatever their
+    // count: the default is the same time.) As libpq: milliseconds, an int, and 0 or
+    // less for the kernel's default. The kernel takes at most `i32::MAX` ms.
+    let most = Duration::from_millis(i32::MAX.unsigned_abs().into());
     let user_timeout = match given.tcp_user_timeout.as_deref() {
-        None => keepalives.then(|| idle + interval * count),
-        Some(v) => match v.trim().parse::<u64>() {
-            Ok(0) => None,
-            Ok(ms) => Some(Duration::from_millis(ms)),
+        None => keepalives.then(|| {
+            idle.saturating_add(interval.saturating_mul(count))
+                .min(most)
+        }),
+        Some(v) => match v.trim().parse::<i32>() {
+            Ok(ms) if ms <= 0 => None,
+            Ok(ms) => Some(Duration::from_millis(ms.unsigned_abs().into())),
             Err(_) => {
                 return Err(format!(
-                    "tcp_user_timeout must be a whole number of milliseconds, not {v:?}"
+                    "tcp_user_timeout must be a whole number of milliseconds (at most \
+                     {}), not {v:?}",
+                    i32::MAX
                 ))
             }
         },
@@ -1382,8 +1390,17 @@ Fe9ppwGOGdE7k/KnLos=
         // Without keepalives, or with 0, the kernel's default.
         let t = parse("postgresql://h?keepalives=0").unwrap();
         assert_eq!(t.config.get_tcp_user_timeout(), None);
-        let t = parse("postgresql://h?tcp_user_timeout=0").unwrap();
-        assert_eq!(t.config.get_tcp_user_timeout(), None);
+        for ms in ["0", "-1"] {
+            let t = parse(&format!("postgresql://h?tcp_user_timeout={ms}")).unwrap();
+            assert_eq!(t.config.get_tcp_user_timeout(), None, "{ms}");
+        }
+        // Keepalives too long for the kernel's limit: the limit, not an overflow.
+        let t = parse("postgresql://h?keepalives_interval=9223372036854775807&keepalives_count=9")
+            .unwrap();
+        assert_eq!(
+            t.config.get_tcp_user_timeout(),
+            Some(&Duration::from_millis(2_147_483_647))
+        );
         let t = parse("postgresql://h?keepalives=0&tcp_user_timeout=700").unwrap();
         assert_eq!(
             t.config.get_tcp_user_timeout(),
@@ -1419,8 +1436,11 @@ Fe9ppwGOGdE7k/KnLos=
                 "keepalives_interval",
             ),
             ("postgresql://h?keepalives_count=x", "keepalives_count"),
-            ("postgresql://h?tcp_user_timeout=-1", "tcp_user_timeout"),
             ("postgresql://h?tcp_user_timeout=1.5", "tcp_user_timeout"),
+            (
+                "postgresql://h?tcp_user_timeout=2147483648",
+                "tcp_user_timeout",
+            ),
         ] {
             let e = err(url);
             assert!(e.starts_with(name), "{url}: {e}");
