@@ -1378,33 +1378,34 @@ Fe9ppwGOGdE7k/KnLos=
         );
         assert_eq!(t.config.get_keepalives_retries(), Some(3));
         // Unacknowledged data is given up on in the keepalives' time: 5 + 3 x 2 s.
+        let user_timeout = |url: &str| parse(url).unwrap().config.get_tcp_user_timeout().copied();
+        let ms = |ms: u64| Some(Duration::from_millis(ms));
         assert_eq!(
             t.config.get_tcp_user_timeout(),
             Some(&Duration::from_secs(11))
         );
-        let t = parse("postgresql://h?keepalives_idle=20&keepalives_count=5").unwrap();
         assert_eq!(
-            t.config.get_tcp_user_timeout(),
-            Some(&Duration::from_secs(30))
+            user_timeout("postgresql://h?keepalives_idle=20&keepalives_count=5"),
+            ms(30_000)
         );
-        // Without keepalives, or with 0, the kernel's default.
-        let t = parse("postgresql://h?keepalives=0").unwrap();
-        assert_eq!(t.config.get_tcp_user_timeout(), None);
-        for ms in ["0", "-1"] {
-            let t = parse(&format!("postgresql://h?tcp_user_timeout={ms}")).unwrap();
-            assert_eq!(t.config.get_tcp_user_timeout(), None, "{ms}");
+        // Without keepalives, or with 0 (or less), the kernel's default.
+        for url in [
+            "postgresql://h?keepalives=0",
+            "postgresql://h?tcp_user_timeout=0",
+            "postgresql://h?tcp_user_timeout=-1",
+        ] {
+            assert_eq!(user_timeout(url), None, "{url}");
         }
         // Keepalives too long for the kernel's limit: the limit, not an overflow.
-        let t = parse("postgresql://h?keepalives_interval=9223372036854775807&keepalives_count=9")
-            .unwrap();
         assert_eq!(
-            t.config.get_tcp_user_timeout(),
-            Some(&Duration::from_millis(2_147_483_647))
+            user_timeout(
+                "postgresql://h?keepalives_interval=9223372036854775807&keepalives_count=9"
+            ),
+            ms(2_147_483_647)
         );
-        let t = parse("postgresql://h?keepalives=0&tcp_user_timeout=700").unwrap();
         assert_eq!(
-            t.config.get_tcp_user_timeout(),
-            Some(&Duration::from_millis(700))
+            user_timeout("postgresql://h?keepalives=0&tcp_user_timeout=700"),
+            ms(700)
         );
         assert_eq!(
             t.config.get_connect_timeout(),
