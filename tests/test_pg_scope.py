@@ -383,6 +383,15 @@ def test_a_session_gives_up_unacknowledged_data_in_the_keepalives_time(
         assert found and set(found) == {expected}, (query, rows, found)
 
 
+@pytest.mark.parametrize("value", ["x", "1.5", "2147483648"])
+def test_a_bad_tcp_user_timeout_is_a_value_error_naming_it(value: str) -> None:
+    # Refused as the url is read, before any connection (the port is never tried).
+    url = f"postgresql://u:hunter2@127.0.0.1:1/db?tcp_user_timeout={value}"
+    with pytest.raises(ValueError, match="tcp_user_timeout must be a whole number") as caught:
+        LockManager(url)
+    assert value in str(caught.value) and "hunter2" not in str(caught.value)
+
+
 def test_the_manager_keeps_its_fence_sequence_and_its_names_in_the_role_s_schema(
     url: str, admin: Admin, ns: str
 ) -> None:
