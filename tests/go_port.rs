@@ -151,6 +151,7 @@ fn test_sharable_lock() {
 
 #[test]
 fn test_unlock() {
+    let _watchdog = watchdog("test_unlock");
     let l = Lock::new();
 
     let ctx = new_timeout(OK_DT);

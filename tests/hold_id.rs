@@ -1,6 +1,9 @@
 //! Exclusive holds with an id (invariant 7 in `core/state.rs`): a release that names the
 //! id ends that hold and no other, once, however many calls race. (An `Unlock` whose
 //! hold decides so: the unit tests of `core/unlock.rs`.)
+//!
+//! Tests that block with `forever()` run under `support::watchdog`, and waits for another
+//! thread are bounded by `support::PATIENCE`: a lost wake-up fails instead of hanging.
 #![cfg(not(loom))] // loom's types only work inside `loom::model`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,7 +13,7 @@ use std::thread;
 mod support;
 
 use ctxlock::{forever, SharableLock};
-use support::exclusive_views;
+use support::{exclusive_views, wait_until, watchdog};
 
 const ROUNDS: usize = if cfg!(miri) { 10 } else { 2_000 };
 
@@ -86,6 +89,7 @@ fn test_a_readers_release_never_touches_a_writers_id() {
 
 #[test]
 fn test_a_hold_with_an_id_hands_over_to_a_waiter() {
+    let _watchdog = watchdog("test_a_hold_with_an_id_hands_over_to_a_waiter");
     // With a waiter queued the release goes through the queue: the waiter gets the lock,
     // and a second release of the first hold leaves the waiter's hold alone. (Racing
     // releases that both reach the queue: the racing test below and the loom models.)
@@ -98,9 +102,7 @@ fn test_a_hold_with_an_id_hands_over_to_a_waiter() {
                 view
             })
         };
-        while view.queued() == 0 {
-            thread::yield_now();
-        }
+        wait_until("the waiter queued", || view.queued() > 0);
         assert!(view.unlock_with_id(id));
         let view = waiter.join().unwrap();
         assert!(
@@ -115,6 +117,7 @@ fn test_a_hold_with_an_id_hands_over_to_a_waiter() {
 
 #[test]
 fn test_racing_releases_of_one_id_end_one_hold_and_never_the_next() {
+    let _watchdog = watchdog("test_racing_releases_of_one_id_end_one_hold_and_never_the_next");
     // Two threads release one hold at once while a third takes the lock as soon as it
     // is free: one release ends the hold, and the third's hold survives the other.
     for view in exclusive_views() {

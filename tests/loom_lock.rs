@@ -287,7 +287,10 @@ fn loom_grant_abandon_race_barging() {
 
 /// A blocked thread's token is cancelled just as the holder unlocks: the waiter either
 /// acquires or fails with the reason, never both, and the lock ends free. `acquire` is
-/// how the waiter blocks.
+/// how the waiter blocks. The token is the real one, built on std's primitives, which
+/// loom does not model: it explores the lock's side of the race (the grant against the
+/// waiter woken by the cancel), not interleavings inside the token (`loom_task.rs` models
+/// the cancel as a loom flag for that).
 fn grant_cancel_race(
     name: &str,
     new: fn() -> Lock,

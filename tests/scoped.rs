@@ -1,5 +1,8 @@
 //! Scoped holds (Python's `with`): released only by `unlock_scoped`, which never gives
 //! back a hold owned by someone else, in either mode.
+//!
+//! Tests that block with `forever()` run under `support::watchdog`, and waits for another
+//! thread are bounded by `support::PATIENCE`: a lost wake-up fails instead of hanging.
 #![cfg(not(loom))] // loom's types only work inside `loom::model`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,7 +12,7 @@ use std::thread;
 mod support;
 
 use ctxlock::{forever, Lock, SharableLock};
-use support::exclusive_views;
+use support::{exclusive_views, wait_until, watchdog};
 
 #[test]
 fn test_unlock_scoped_never_releases_an_unscoped_hold() {
@@ -48,6 +51,7 @@ fn test_scoped_readers_are_counted_apart_from_owned_ones() {
 
 #[test]
 fn test_stray_scoped_releases_never_break_exclusion() {
+    let _watchdog = watchdog("test_stray_scoped_releases_never_break_exclusion");
     // Owners take and release their own holds; another thread keeps calling
     // `unlock_scoped` (a misused `__exit__`). Exclusion must hold throughout.
     let lock = Lock::new();
@@ -120,6 +124,9 @@ fn test_a_scoped_hold_taken_in_one_step_is_released_only_by_unlock_scoped() {
 
 #[test]
 fn test_a_scoped_release_hands_the_lock_to_a_waiting_owner_and_never_takes_its_hold() {
+    let _watchdog = watchdog(
+        "test_a_scoped_release_hands_the_lock_to_a_waiting_owner_and_never_takes_its_hold",
+    );
     for view in exclusive_views() {
         assert!(view.try_lock_scoped());
         let owner = {
@@ -130,9 +137,7 @@ fn test_a_scoped_release_hands_the_lock_to_a_waiting_owner_and_never_takes_its_h
             })
         };
         // The owner queues behind the scoped hold: its release goes past the one-CAS path.
-        while view.queued() == 0 {
-            thread::yield_now();
-        }
+        wait_until("the waiter queued", || view.queued() > 0);
         assert!(view.unlock_scoped());
         let view = owner.join().unwrap();
         assert!(view.is_locked());
@@ -147,6 +152,8 @@ fn test_a_scoped_release_hands_the_lock_to_a_waiting_owner_and_never_takes_its_h
 
 #[test]
 fn test_stray_scoped_releases_never_take_an_owned_hold_among_scoped_ones() {
+    let _watchdog =
+        watchdog("test_stray_scoped_releases_never_take_an_owned_hold_among_scoped_ones");
     // Owners and `with` holders (a one-step scoped take, or a wait then `scope_hold`)
     // share the lock while another thread keeps calling `unlock_scoped`: it may end a
     // scoped hold (that is what a misused `__exit__` does), never an owned one.

@@ -268,6 +268,9 @@ def test_quick_pg_rows_run_or_are_not_available(tmp_path: Path) -> None:
     if rows["pg_cancel"]["status"] != "skip":
         cancel = rows["pg_cancel"]["extra"]
         assert 0 < cancel["median_ns"] <= cancel["max_ns"]
+    if all(row["status"] == "skip" for row in rows.values()):
+        # Only the skip notes were checked: say so in the summary.
+        pytest.skip("no pg row could run here: " + rows[PG_ROWS[0]]["note"])
 
 
 def test_the_pg_rows_machinery_with_psycopg_and_asyncpg(tmp_path: Path) -> None:

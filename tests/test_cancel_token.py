@@ -12,10 +12,12 @@ import threading
 import time
 
 import pytest
+from conftest import PATIENCE
 from ctxlock import CancelToken, Lock, LockTimeout
 
 EPS = 0.005
-PROMPT = 2.0
+# An upper bound for "promptly": it bounds a hang (a lost wake-up), never measures speed.
+PROMPT = PATIENCE
 
 
 # --- cancel, cancelled, reason ----------------------------------------------------------------
@@ -57,7 +59,7 @@ def test_cancel_without_reason_then_with_one_keeps_none():
 
 def test_first_reason_wins_across_racing_threads(spawn):
     token = CancelToken()
-    barrier = threading.Barrier(4)
+    barrier = threading.Barrier(4, timeout=PATIENCE)
 
     def cancel(i):
         barrier.wait()

@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Callable, Iterator
 
 import pytest
-from conftest import rss
+from conftest import PATIENCE, rss
 from ctxlock import Cancelled, CancelToken, Lock, LockTimeout, SharableLock
 
 MB = 1 << 20
@@ -216,7 +216,8 @@ def test_cancelled_async_waits_leave_nothing_behind() -> None:
             canceller = threading.Thread(target=token.cancel, args=("stop",))
             canceller.start()
             results = await asyncio.gather(*tasks, return_exceptions=True)
-            canceller.join()
+            canceller.join(PATIENCE)
+            assert not canceller.is_alive()
             assert all(isinstance(r, Cancelled) for r in results), results
             # Deadlines: the acquire's own and the token's.
             tasks = [

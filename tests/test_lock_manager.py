@@ -990,6 +990,8 @@ def test_close_wakes_whoever_waits_on_lost(ns: str, managers: Managers, spawn: S
     unlock = mgr.sharable_lock(ns + "a").shared.acquire()
     watcher = spawn(unlock.lost.wait, PATIENCE * 2)
     time.sleep(0.01)
+    # Still waiting: the close() below is what ends its wait.
+    assert not watcher.done
     in_thread(mgr.close).result(PATIENCE)
     assert watcher.result(PATIENCE) is True
     unlock()

@@ -937,6 +937,8 @@ def test_a_cancel_ends_a_wait_at_once_and_withdraws_it_from_the_server(
         f" gone from the server after max {max(withdrawn) * 1000:.1f} ms;"
         f" the server showed the wait {seen_waiting} of {len(latencies)} times",
     )
+    # Withdrawn from the server: checked only if the server was seen to have it.
+    assert seen_waiting >= 1, "the server never showed the wait"
     assert max(latencies) < 0.5, latencies
     held()
     contract.assert_free(waiter_mgr, "c")
@@ -971,11 +973,16 @@ def test_a_deadline_ends_a_wait_in_time_and_withdraws_it(
     held = holder.lock("d").acquire(deadline=PATIENCE)
     for which in VIEWS:
         start = time.monotonic()
-        with pytest.raises(LockTimeout):
-            view(waiter_mgr, "d", which).acquire(deadline=0.3)
-        took = time.monotonic() - start
-        assert 0.3 <= took < 0.8, (which, took)
-        assert wait_until(lambda: advisory(admin, f"{tag}-waiter") == [], 1.0)
+        join, _ = wait_in_thread(view(waiter_mgr, "d", which), deadline=1.0)
+        # The server shows the wait before its deadline, so that its end is a withdrawal.
+        shown = wait_until(lambda: any(not r[3] for r in advisory(admin, f"{tag}-waiter")), 0.9)
+        ended_at, error = join()
+        assert isinstance(error, LockTimeout), error
+        took = ended_at - start
+        assert shown, (which, "the server never showed the wait")
+        # Not before the deadline; the top only bounds a hang.
+        assert 1.0 <= took < 1.0 + PATIENCE, (which, took)
+        assert wait_until(lambda: advisory(admin, f"{tag}-waiter") == [], CLEANUP)
     held()
     no_advisory_within(admin, f"{tag}-%")
 

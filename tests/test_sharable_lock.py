@@ -627,7 +627,9 @@ def test_cancel_and_unlock_races_leave_the_lock_consistent(errors: Errors) -> No
                 if rng.random() < 0.5:
                     unlock()
                 # Wait until it is released so this worker's next acquire can't deadlock on it.
+                released_by = time.monotonic() + PATIENCE
                 while not unlock.released:
+                    assert time.monotonic() < released_by, "the cancel never released"
                     time.sleep(0)
             else:
                 to_cancel.put(unlock)

@@ -10,6 +10,7 @@ import time
 import warnings
 
 import pytest
+from conftest import PATIENCE
 from ctxlock import CancelToken, Lock, SharableLock, Unlock
 
 
@@ -116,7 +117,7 @@ def test_concurrent_unlock_calls_release_once(spawn):
     for _ in range(50):
         lock = Lock()
         u = lock.acquire()
-        barrier = threading.Barrier(3)
+        barrier = threading.Barrier(3, timeout=PATIENCE)
 
         def call(u=u, barrier=barrier):
             barrier.wait()
