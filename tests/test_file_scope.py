@@ -577,6 +577,67 @@ def test_a_closed_manager_outlives_its_table_being_truncated(
     assert proc.stdout.split() == ["BackendError", "dropped"], proc.stdout + proc.stderr
 
 
+_FILL_NAMES = """
+import sys, ctxlock
+try:
+    with ctxlock.LockManager(sys.argv[1]) as mgr:
+        for i in range(int(sys.argv[2])):
+            mgr.lock(f"name-{i}").acquire()()
+    print("used", flush=True)
+except ctxlock.BackendError as e:
+    print("BackendError", e, flush=True)
+"""
+
+
+@contextlib.contextmanager
+def _small_filesystem(where: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted at ``where`` for the test (skips where mounting is not
+    allowed: it needs root)."""
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small filesystem here: {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], timeout=20, check=False)
+
+
+def test_a_full_filesystem_is_a_backend_error_not_a_crash(tmp_path: Path) -> None:
+    # On a filesystem with no room for the table's pages (1 MB, for a table of about
+    # 13 MB), a sparse table was linked in and mapped, and the first write to a page the
+    # filesystem had no block for killed the process with SIGBUS. The room is reserved
+    # when the table is made: the manager fails instead, naming the cause.
+    with _small_filesystem(tmp_path / "small", "1m") as small:
+        url = (small / "locks").as_uri()
+        proc = _run(_FILL_NAMES, url, "5000")
+        _assert_no_crash(proc)
+        assert proc.stdout.startswith("BackendError"), proc.stdout + proc.stderr
+        assert "No space left" in proc.stdout, proc.stdout
+        assert not (small / "locks" / TABLE).exists()
+    # A table made sparse (as by an earlier version) gets its room when opened, or the
+    # manager fails the same way.
+    made = tmp_path / "made"
+    _assert_no_crash(_run(_MAKE_TABLE, (made / "locks").as_uri()))
+    with _small_filesystem(tmp_path / "small2", "1m") as small:
+        (small / "locks").mkdir()
+        subprocess.run(
+            ["cp", "--sparse=always", str(made / "locks" / TABLE), str(small / "locks")],
+            timeout=20,
+            check=True,
+        )
+        proc = _run(_FILL_NAMES, (small / "locks").as_uri(), "5000")
+        _assert_no_crash(proc)
+        assert proc.stdout.startswith("BackendError"), proc.stdout + proc.stderr
+        assert "reserve disk space" in proc.stdout, proc.stdout
+
+
 # --- the contract of every scope, on this one ---------------------------------------------------
 # The tests of test_lock_manager.py that take their managers from the ``managers`` fixture run
 # here with the fixture above: managers of this test's file url.
@@ -1120,11 +1181,14 @@ def test_processes_killed_at_any_moment_never_wedge_a_name(
     for _ in range(10):
         time.sleep(rng.uniform(0, 0.05))  # a random moment to kill one, not a handshake
         victim = procs.pop(rng.randrange(len(procs)))
+        # Still running up to its kill: it found no overlap and was not stuck.
+        assert victim.proc.poll() is None, (victim.proc.returncode, victim.stderr)
         victim.kill()  # a marker it leaves behind is cleared by the next exclusive holder
         procs.append(start())
         for child in procs:
             assert child.proc.poll() is None, (child.proc.returncode, child.stderr)
     for child in procs:
+        assert child.proc.poll() is None, (child.proc.returncode, child.stderr)
         child.kill()
     with contextlib.suppress(FileNotFoundError):
         marker.unlink()

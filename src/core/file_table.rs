@@ -3,8 +3,9 @@
 //! rests on: open-file-description byte-range locks, a shared mapping, futex words.
 //!
 //! One file, of a fixed size, made once and never removed (so two processes can never
-//! hold "the same" lock on two inodes of one path), sparse: a page costs memory only
-//! once it was touched. It holds
+//! hold "the same" lock on two inodes of one path). Its disk blocks are reserved when it
+//! is made (`reserve`: a sparse file would fault on a full disk), but a page costs memory
+//! only once it is touched (on a disk filesystem; tmpfs reserves memory). It holds
 //! - a header: a magic word, the layout's version and sizes, and the scope's fence
 //!   counter (one for every name: fences then increase per name, across slot reuse);
 //! - `CLIENTS` client entries, one per manager alive on the directory: its doorbell (the
@@ -133,7 +134,11 @@ const TURN_GRACE_MS: u64 = 5;
 ///
 /// # Invariants
 /// - `map` is a shared mapping of `TOTAL` bytes of the file, valid until drop; the file
-///   was checked to be `TOTAL` bytes long with this layout's header before mapping.
+///   was checked to be `TOTAL` bytes long with this layout's header, and its blocks
+///   reserved, before mapping. It stays so as long as nobody truncates it: the file is
+///   the scope's own, and a process that shortens it under the scope's users makes their
+///   next access fault (SIGBUS), as with any shared mapping (README: the directory is
+///   the scope's alone).
 /// - Every byte-range lock this manager holds is on `fd`'s description, which no other
 ///   manager (and, after a fork, no other process: the file scope refuses forked use)
 ///   shares.
@@ -174,6 +179,26 @@ fn os_err(what: &str, path: &Path, e: io::Error) -> String {
     format!("cannot {what} {}: {e}", path.display())
 }
 
+/// Give the file `TOTAL` bytes with their blocks allocated (`posix_fallocate`: it never
+/// changes bytes already there, and extends a shorter file).
+fn allocate(file: &std::fs::File) -> io::Result<()> {
+    // SAFETY: a call on a descriptor `file` owns; it reads and writes no memory of ours.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, TOTAL as libc::off_t) } {
+        0 => Ok(()),
+        err => Err(io::Error::from_raw_os_error(err)),
+    }
+}
+
+/// Make sure every page of the table has its disk blocks before it is mapped. A page of
+/// a sparse file that the filesystem cannot find room for when it is first written
+/// (a full disk) faults the writing process with SIGBUS instead of failing a call: the
+/// room is taken here, once, or the manager fails with the filesystem's error. Tables
+/// made sparse (by an earlier version) get their blocks the same way; for a table that
+/// has them this changes nothing.
+fn reserve(file: &std::fs::File, path: &Path) -> Result<(), String> {
+    allocate(file).map_err(|e| os_err("reserve disk space for the lock table", path, e))
+}
+
 impl Table {
     /// Open (making it if needed) the table of the directory `dir`.
     pub fn open(dir: &Path) -> Result<Table, String> {
@@ -200,8 +225,9 @@ impl Table {
                 path.display()
             ));
         }
-        // SAFETY: a fresh shared mapping of a file checked to be TOTAL bytes long; the
-        // kernel picks the address.
+        reserve(&file, &path)?;
+        // SAFETY: a fresh shared mapping of a file checked to be TOTAL bytes long, with
+        // its blocks reserved (see `reserve`); the kernel picks the address.
         let map = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -241,7 +267,9 @@ impl Table {
             .open(&tmp)
             .map_err(|e| os_err("create a lock table in", dir, e))?;
         let made = (|| -> io::Result<()> {
-            file.set_len(TOTAL as u64)?;
+            // The whole length, with its blocks: a table is never linked in that the
+            // filesystem has no room for (see `reserve`).
+            allocate(&file)?;
             let mut header = [0u8; 32];
             header[0..8].copy_from_slice(&MAGIC.to_le_bytes());
             header[8..12].copy_from_slice(&VERSION.to_le_bytes());
