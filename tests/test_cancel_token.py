@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import math
+import os
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -383,6 +385,56 @@ def test_on_cancel_exception_goes_to_unraisablehook(monkeypatch):
     token.on_cancel(boom)
     assert len(seen) == 2
     assert seen[1][0] is ValueError
+
+
+def test_a_ctrl_c_in_an_on_cancel_function_comes_out_of_cancel(monkeypatch):
+    # A Ctrl-C that arrives while a callback runs raises KeyboardInterrupt in it: it must
+    # reach the program, not sys.unraisablehook. Every callback still runs; the first
+    # such interrupt comes out of cancel(), a second one and Exceptions go to the hook.
+    seen: list[type[BaseException] | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(u.exc_type))
+    token = CancelToken()
+    calls: list[str] = []
+
+    def ctrl_c() -> None:
+        calls.append("ctrl-c")
+        os.kill(os.getpid(), signal.SIGINT)  # Python's handler raises at the next check
+        for _ in range(1000):
+            time.sleep(0.001)
+
+    def exit_too() -> None:
+        calls.append("exit")
+        raise SystemExit(3)
+
+    def error() -> None:
+        calls.append("error")
+        raise ValueError("an error")
+
+    for fn in (ctrl_c, exit_too, error):
+        token.on_cancel(fn)
+    with pytest.raises(KeyboardInterrupt):
+        token.cancel("stop")
+    assert sorted(calls) == ["ctrl-c", "error", "exit"]
+    assert token.cancelled and token.reason == "stop"
+    assert sorted(map(str, seen)) == sorted(map(str, [SystemExit, ValueError]))
+    # On a cancelled token, fn runs in on_cancel(): its interrupt comes out there.
+    with pytest.raises(SystemExit):
+        token.on_cancel(exit_too)
+    # Through a parent, and from a cancel() inside a callback: each call raises its own.
+    parent = CancelToken()
+    inner = CancelToken()
+    inner.on_cancel(exit_too)
+    caught: list[BaseException] = []
+
+    def cancels_inner() -> None:
+        try:
+            inner.cancel()
+        except SystemExit as exc:
+            caught.append(exc)
+
+    parent.child().on_cancel(cancels_inner)
+    parent.cancel()  # the inner interrupt was the callback's to catch, and it did
+    assert [type(e) for e in caught] == [SystemExit]
 
 
 def test_on_cancel_exception_from_timer_goes_to_unraisablehook(monkeypatch, wait_until):

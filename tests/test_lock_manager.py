@@ -998,6 +998,38 @@ def test_close_wakes_whoever_waits_on_lost(ns: str, managers: Managers, spawn: S
     assert_free(other, ns + "a")
 
 
+def test_an_interrupt_in_a_lost_callback_comes_out_of_close(
+    ns: str, managers: Managers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # close() cancels its holds' lost tokens, whose callbacks run in its thread: a
+    # KeyboardInterrupt one raises (a Ctrl-C while it ran) comes out of close(), once
+    # every hold has ended; an Exception goes to sys.unraisablehook, as for cancel().
+    seen: list[type[BaseException] | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(u.exc_type))
+    mgr, other = managers(2)
+    first, second = mgr.lock(ns + "a").acquire(), mgr.lock(ns + "b").acquire()
+
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    def error() -> None:
+        raise ValueError("an error")
+
+    assert first.lost is not None and second.lost is not None
+    first.lost.on_cancel(interrupt)
+    second.lost.on_cancel(error)
+    with pytest.raises(KeyboardInterrupt):
+        mgr.close()
+    assert mgr.closed
+    assert first.lost.cancelled and second.lost.cancelled
+    assert seen == [ValueError]
+    for name in ("a", "b"):
+        assert other.lock(ns + name).acquire(deadline=PATIENCE)() is None
+    mgr.close()  # again: nothing left to end, nothing raised
+    first()
+    second()
+
+
 def test_close_loses_every_hold_of_that_manager_and_no_other(ns: str, managers: Managers) -> None:
     mgr, other = managers(2)
     mine = [mgr.lock(ns + "a").acquire(), mgr.sharable_lock(ns + "b").shared.acquire()]

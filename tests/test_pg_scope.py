@@ -546,6 +546,9 @@ test_close_wakes_whoever_waits_on_lost = contract.test_close_wakes_whoever_waits
 test_close_loses_every_hold_of_that_manager_and_no_other = (
     contract.test_close_loses_every_hold_of_that_manager_and_no_other
 )
+test_an_interrupt_in_a_lost_callback_comes_out_of_close = (
+    contract.test_an_interrupt_in_a_lost_callback_comes_out_of_close
+)
 test_a_with_exit_releases_only_a_hold_of_its_own_manager = (
     contract.test_a_with_exit_releases_only_a_hold_of_its_own_manager
 )

@@ -33,7 +33,13 @@ class CancelToken:
         the earlier of its own and its parent's.
         """
     def cancel(self, reason: object = None) -> None:
-        """Cancel the token and its descendants. Idempotent: the first reason wins."""
+        """Cancel the token and its descendants. Idempotent: the first reason wins.
+
+        The ``on_cancel`` functions this runs run before it returns. An exception one of
+        them raises goes to ``sys.unraisablehook``, except a ``KeyboardInterrupt`` (a
+        Ctrl-C while it ran), ``SystemExit`` or other ``BaseException`` that is not an
+        ``Exception``: the first such comes out of ``cancel()``, once all have run.
+        """
     @property
     def cancelled(self) -> bool:
         """True once the token has been cancelled."""
@@ -63,7 +69,9 @@ class CancelToken:
         that blocks delays neither the token (``cancelled``, waiters, releases by
         ``unlock_on_cancel``) nor other callbacks. ``fn`` must not assume the thread it
         runs in, and a ``fn`` that blocks keeps its thread (and delays a ``cancel()``
-        caller). An exception it raises goes to ``sys.unraisablehook``.
+        caller). An exception it raises goes to ``sys.unraisablehook``, except that a
+        ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``) comes out
+        of the ``cancel()`` or ``LockManager.close()`` that ran ``fn``.
 
         ``fn`` runs even if nothing else references the token: a registration keeps
         the token until ``fn`` has run or been unregistered. Returns a function that

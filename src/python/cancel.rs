@@ -55,15 +55,67 @@ fn monotonic(py: Python<'_>, at: Instant) -> PyResult<f64> {
 }
 
 /// Run a Python callable from a cancellation: registered as a user callback, so it runs
-/// in the thread that calls `cancel()`, or for a deadline on a runner thread.
+/// in the thread that calls `cancel()`, or for a deadline on a runner thread. What it
+/// raises goes to `sys.unraisablehook`, except what [`raising_interrupts`] takes.
 pub(crate) fn call_soon_unraisable(f: Py<PyAny>) -> impl FnOnce(&Reason) + Send + 'static {
     move |_| {
         // try_attach: a deadline may fire while the interpreter is finalizing.
         Python::try_attach(|py| {
             if let Err(e) = f.call0(py) {
-                e.write_unraisable(py, Some(f.bind(py)));
+                if let Some(e) = keep_interrupt(py, e) {
+                    e.write_unraisable(py, Some(f.bind(py)));
+                }
             }
         });
+    }
+}
+
+thread_local! {
+    /// In a call of [`raising_interrupts`] on this thread: the first interrupt one of the
+    /// callbacks raised (`Some(None)`: none yet). `None` outside such a call.
+    static INTERRUPT: std::cell::RefCell<Option<Option<PyErr>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A callback's exception that is not an `Exception` (`KeyboardInterrupt`, a Ctrl-C
+/// that arrived while the callback ran; `SystemExit`) raised in a call of
+/// [`raising_interrupts`] is kept for that call to raise: `None`. Anything else, or a
+/// second one, is given back, for `sys.unraisablehook`.
+fn keep_interrupt(py: Python<'_>, e: PyErr) -> Option<PyErr> {
+    if e.is_instance_of::<pyo3::exceptions::PyException>(py) {
+        return Some(e);
+    }
+    INTERRUPT.with(|kept| match &mut *kept.borrow_mut() {
+        Some(slot @ None) => {
+            *slot = Some(e);
+            None
+        }
+        _ => Some(e),
+    })
+}
+
+/// Run `f`, which may cancel tokens in this thread and so run their Python callbacks
+/// (`cancel()`, a manager's `close()`): once every callback has run, the first
+/// `KeyboardInterrupt`, `SystemExit` or other non-`Exception` one raised comes out of
+/// this call, as a Ctrl-C must. (A callback's `Exception` goes to `sys.unraisablehook`:
+/// the canceller cannot know what it was for.)
+pub(crate) fn raising_interrupts<T>(f: impl FnOnce() -> T) -> PyResult<T> {
+    // An outer call's state is set aside, and given back after: its interrupt is its own.
+    let outer = INTERRUPT.with(|kept| kept.replace(Some(None)));
+    struct Restore(Option<Option<PyErr>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let outer = self.0.take();
+            INTERRUPT.with(|kept| *kept.borrow_mut() = outer);
+        }
+    }
+    let restore = Restore(outer);
+    let value = f();
+    let raised = INTERRUPT.with(|kept| kept.borrow_mut().as_mut().and_then(Option::take));
+    drop(restore);
+    match raised {
+        Some(e) => Err(e),
+        None => Ok(value),
     }
 }
 
@@ -96,10 +148,17 @@ impl PyCancelToken {
     }
 
     /// Cancel the token and its descendants. Idempotent: the first reason wins.
+    ///
+    /// The ``on_cancel`` functions this runs run before it returns. An exception one of
+    /// them raises goes to ``sys.unraisablehook``, except a ``KeyboardInterrupt`` (a
+    /// Ctrl-C while it ran), ``SystemExit`` or other ``BaseException`` that is not an
+    /// ``Exception``: the first such comes out of ``cancel()``, once all have run.
     #[pyo3(signature = (reason = None))]
-    fn cancel(&self, py: Python<'_>, reason: Option<Py<PyAny>>) {
+    fn cancel(&self, py: Python<'_>, reason: Option<Py<PyAny>>) -> PyResult<()> {
         let obj = reason.unwrap_or_else(|| py.None());
-        self.token.cancel(make_reason(obj));
+        raising_interrupts(|| {
+            self.token.cancel(make_reason(obj));
+        })
     }
 
     /// True once the token has been cancelled.
@@ -156,7 +215,9 @@ impl PyCancelToken {
     /// that blocks delays neither the token (``cancelled``, waiters, releases by
     /// ``unlock_on_cancel``) nor other callbacks. ``fn`` must not assume the thread it
     /// runs in, and a ``fn`` that blocks keeps its thread (and delays a ``cancel()``
-    /// caller). An exception it raises goes to ``sys.unraisablehook``.
+    /// caller). An exception it raises goes to ``sys.unraisablehook``, except that a
+    /// ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``) comes out
+    /// of the ``cancel()`` or ``LockManager.close()`` that ran ``fn``.
     ///
     /// ``fn`` runs even if nothing else references the token: a registration keeps
     /// the token until ``fn`` has run or been unregistered. Returns a function that
@@ -166,9 +227,11 @@ impl PyCancelToken {
         if !r#fn.is_callable() {
             return Err(PyTypeError::new_err("on_cancel() needs a callable"));
         }
-        let registration = self
-            .token
-            .on_cancel_user(call_soon_unraisable(r#fn.unbind()));
+        // On a cancelled token `fn` runs here, at once: its interrupt comes out here.
+        let registration = raising_interrupts(|| {
+            self.token
+                .on_cancel_user(call_soon_unraisable(r#fn.unbind()))
+        })?;
         Ok(OnCancel {
             registration: Mutex::new(registration),
         })

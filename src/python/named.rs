@@ -156,8 +156,9 @@ impl PyLockManager {
         self.closed.store(true, Ordering::Relaxed);
         let reason = backend_reason(py, "the LockManager was closed")?;
         let session = self.session.clone();
-        // Releases may hand locks to blocked threads; nothing here needs the GIL.
-        py.detach(move || session.close(reason));
+        // Releases may hand locks to blocked threads; nothing here needs the GIL. The
+        // holds' `lost` tokens are cancelled here, their callbacks run in this thread.
+        super::cancel::raising_interrupts(|| py.detach(move || session.close(reason)))?;
         Ok(())
     }
 
