@@ -40,7 +40,7 @@ def test_token_cancel_ends_the_wait(target: Target, spawn, wait_until) -> None:
     exc = w.exception(timeout=10)
     assert isinstance(exc, Cancelled), exc
     assert exc.reason == "stop"
-    assert time.monotonic() - t_cancel < 2.0
+    assert time.monotonic() - t_cancel < PATIENCE  # bounds a hang, not speed
     assert target.blocker.locked()
     assert lock.statistics().waiting == 0
     holder()

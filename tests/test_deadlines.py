@@ -21,8 +21,8 @@ from kinds import Target
 
 # Slack for comparing a deadline with time.monotonic(): both use CLOCK_MONOTONIC.
 EPS = 0.005
-# An upper bound for "promptly" on a noisy shared 2-core machine.
-PROMPT = 2.0
+# An upper bound for "promptly": it bounds a hang (a lost wake-up), never measures speed.
+PROMPT = PATIENCE
 
 # --- threads ----------------------------------------------------------------------------------
 
