@@ -15,7 +15,9 @@
 //!   to the freeing thread's list. A thread that ends leaves its objects to the others
 //!   (`ORPHANS`): its thread-local destructor runs without a Python thread state, so it
 //!   cannot free them itself; the next thread that finds its own list empty takes them,
-//!   and a thread that frees while more than `ORPHANS_KEPT` wait frees the extra ones.
+//!   and a thread that frees while more than `ORPHANS_KEPT` wait frees the extra ones,
+//!   each only if no other thread has them at that moment (a free list is never worth a
+//!   wait, and a forked child may find their mutex held forever by a thread it lacks).
 //!
 //! A list reuses an object the way `PyType_GenericAlloc` makes one (zeroed body, new
 //! reference counts); what it cannot serve goes to the type's own `tp_alloc`/`tp_free`,
@@ -500,10 +502,18 @@ mod gil {
     }
 }
 
+/// In a forked child: without a GIL, mark the lists of ended threads whose mutex the
+/// fork left held (`per_thread`). With a GIL there is nothing to mend: the lists are
+/// the GIL's, which the fork leaves to the forking thread.
+pub(crate) fn after_fork_in_child() {
+    #[cfg(Py_GIL_DISABLED)]
+    per_thread::after_fork_in_child();
+}
+
 #[cfg(Py_GIL_DISABLED)]
 mod per_thread {
     use std::cell::UnsafeCell;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::Mutex;
 
     use pyo3::ffi;
@@ -523,8 +533,26 @@ mod per_thread {
 
     /// Objects left by ended threads (addresses: raw pointers are not `Send`), per class,
     /// and how many there are.
+    /// Taken only with `try_lock`, except by an ending thread (`Local::drop`): a forked
+    /// child may find one held by a thread of the parent that does not exist there, and
+    /// nothing on the path of an acquire may then wait for it.
     static ORPHANS: [Mutex<Vec<usize>>; CLASSES] = [const { Mutex::new(Vec::new()) }; CLASSES];
     static ORPHANED: [AtomicUsize; CLASSES] = [const { AtomicUsize::new(0) }; CLASSES];
+    /// Set in a forked child for a class whose `ORPHANS` mutex a thread of the parent held
+    /// at the fork: it stays held forever there, so ending threads leave their objects to
+    /// nobody (leaked: memory only) instead of waiting for it.
+    static STUCK: [AtomicBool; CLASSES] = [const { AtomicBool::new(false) }; CLASSES];
+
+    /// In a forked child: mark the lists whose mutex the fork left held (see `STUCK`).
+    pub(crate) fn after_fork_in_child() {
+        for (orphans, stuck) in ORPHANS.iter().zip(&STUCK) {
+            if let Err(std::sync::TryLockError::WouldBlock) = orphans.try_lock() {
+                // ORDERING: Relaxed: the child's threads are made after this hook ran
+                // (thread creation orders it before them).
+                stuck.store(true, Ordering::Relaxed);
+            }
+        }
+    }
 
     /// The thread ends: its objects go to `ORPHANS` (it has no thread state left to free
     /// them with).
@@ -532,7 +560,8 @@ mod per_thread {
         fn drop(&mut self) {
             for (class, slots) in self.0.iter_mut().enumerate() {
                 let slots = slots.get_mut();
-                if slots.len == 0 {
+                // ORDERING: see `after_fork_in_child`.
+                if slots.len == 0 || STUCK[class].load(Ordering::Relaxed) {
                     continue;
                 }
                 let mut orphans = ORPHANS[class].lock().unwrap_or_else(|e| e.into_inner());
@@ -593,9 +622,10 @@ mod per_thread {
                 return;
             };
             let extra: Vec<usize> = {
-                let mut orphans = ORPHANS[self.class]
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
+                // Busy: another thread frees or adopts them (or a fork left it held).
+                let Some(mut orphans) = try_orphans(self.class) else {
+                    return;
+                };
                 let keep = orphans.len().min(ORPHANS_KEPT);
                 let extra = orphans.split_off(keep);
                 // ORDERING: as in `Local::drop`.
@@ -611,10 +641,23 @@ mod per_thread {
         }
     }
 
+    /// The orphans of `class`, unless another thread has them (or a fork left their mutex
+    /// held): a free list is an optimisation, never worth a wait.
+    fn try_orphans(class: usize) -> Option<std::sync::MutexGuard<'static, Vec<usize>>> {
+        match ORPHANS[class].try_lock() {
+            Ok(orphans) => Some(orphans),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// Move up to a list's worth of orphans into the thread's empty list.
     #[cold]
     fn adopt(class: usize, slots: &mut Slots) {
-        let mut orphans = ORPHANS[class].lock().unwrap_or_else(|e| e.into_inner());
+        // Busy: the object is made by the type's own allocator this time.
+        let Some(mut orphans) = try_orphans(class) else {
+            return;
+        };
         while let Some(o) = orphans.pop() {
             if !slots.push(o as *mut ffi::PyObject) {
                 orphans.push(o);

@@ -133,4 +133,5 @@ fn install_fast_calls(py: Python<'_>) -> PyResult<Vec<&'static str>> {
 #[pyfunction]
 fn after_fork_in_child() {
     crate::core::fork::after_fork_in_child();
+    freelist::after_fork_in_child();
 }
