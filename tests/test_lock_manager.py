@@ -30,6 +30,7 @@ import threading
 import time
 import uuid
 import warnings
+import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,13 @@ CLOCK_TICK = 0.011
 def ns() -> str:
     """A name prefix of this test's own: the memory scope is shared by the whole process."""
     return f"test-{uuid.uuid4().hex[:12]}:"
+
+
+@pytest.fixture
+def scope_url() -> str:
+    """The url of this module's scope, for a test that makes a manager of its own (the
+    modules of the other scopes, which run the contract tests, give theirs)."""
+    return "memory:"
 
 
 @pytest.fixture
@@ -996,6 +1004,32 @@ def test_close_wakes_whoever_waits_on_lost(ns: str, managers: Managers, spawn: S
     assert watcher.result(PATIENCE) is True
     unlock()
     assert_free(other, ns + "a")
+
+
+def test_a_with_never_exited_ends_with_its_manager_garbage_collected(
+    ns: str, managers: Managers, scope_url: str
+) -> None:
+    # A manager dropped without close() ends its holds as close() does. Only holds taken
+    # by a `with` (or `async with`) entered and never exited can be left then: an Unlock,
+    # a waiter or a handle keeps its manager alive. Nothing else could ever release them.
+    (other,) = managers(1)
+
+    def enter_and_forget() -> weakref.ref[LockManager]:
+        mgr = LockManager(scope_url)
+        mgr.lock(ns + "a").__enter__()
+        mgr.sharable_lock(ns + "b").shared.__enter__()
+
+        async def enter() -> None:
+            await mgr.sharable_lock(ns + "c").exclusive.__aenter__()
+
+        asyncio.run(enter())
+        return weakref.ref(mgr)
+
+    gone = enter_and_forget()
+    gc.collect()
+    assert gone() is None
+    for name in ("a", "b", "c"):
+        assert other.lock(ns + name).acquire(deadline=PATIENCE)() is None, name
 
 
 def test_an_interrupt_in_a_lost_callback_comes_out_of_close(

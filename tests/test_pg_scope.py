@@ -110,6 +110,12 @@ def admin(server: pg_server.PgServer) -> Iterator[Admin]:
 
 
 @pytest.fixture
+def scope_url(url: str) -> str:
+    """The url of this scope, for the contract tests that make a manager of their own."""
+    return url
+
+
+@pytest.fixture
 def ns() -> str:
     """A name prefix of this test's own: the server is shared by the whole test process."""
     return f"test-{uuid.uuid4().hex[:12]}:"
@@ -548,6 +554,9 @@ test_close_loses_every_hold_of_that_manager_and_no_other = (
 )
 test_an_interrupt_in_a_lost_callback_comes_out_of_close = (
     contract.test_an_interrupt_in_a_lost_callback_comes_out_of_close
+)
+test_a_with_never_exited_ends_with_its_manager_garbage_collected = (
+    contract.test_a_with_never_exited_ends_with_its_manager_garbage_collected
 )
 test_a_with_exit_releases_only_a_hold_of_its_own_manager = (
     contract.test_a_with_exit_releases_only_a_hold_of_its_own_manager

@@ -393,7 +393,9 @@ class LockManager:
     def close(self) -> None:
         """End this manager: its holds end (each ``Unlock.lost`` is cancelled with a
         ``BackendError``), its waiters and later acquires raise ``BackendError``. Other
-        managers of the scope are not affected. Calling it again does nothing.
+        managers of the scope are not affected. Calling it again does nothing. A manager
+        garbage-collected without ``close()`` ends its holds the same way (only a ``with``
+        entered and never exited can have left one: the rest keep their manager alive).
         """
     def __enter__(self) -> LockManager: ...
     def __exit__(

@@ -480,6 +480,21 @@ impl MemoryClient {
     }
 }
 
+/// A client dropped without `close`: its holds end as `close` ends them. Only scoped
+/// holds can be left then (a `with` entered and never exited): an `Unlock`, a waiter or
+/// a handle keeps its manager, and so the client, alive. Without this such a name of the
+/// process-wide scope would stay held for the life of the process, by nobody.
+impl Drop for MemoryClient {
+    fn drop(&mut self) {
+        if !self.is_closed() {
+            let reason: Reason = Arc::new(Failure(
+                "the LockManager was garbage-collected without close()".to_owned(),
+            ));
+            self.close_all(reason);
+        }
+    }
+}
+
 /// A name of the memory scope in one mode, as one client acquires it (made per call).
 struct View<'a> {
     client: &'a MemoryClient,

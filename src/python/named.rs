@@ -149,7 +149,9 @@ impl PyLockManager {
 
     /// End this manager: its holds end (each ``Unlock.lost`` is cancelled with a
     /// ``BackendError``), its waiters and later acquires raise ``BackendError``. Other
-    /// managers of the scope are not affected. Calling it again does nothing.
+    /// managers of the scope are not affected. Calling it again does nothing. A manager
+    /// garbage-collected without ``close()`` ends its holds the same way (only a ``with``
+    /// entered and never exited can have left one: the rest keep their manager alive).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         // ORDERING: a flag for `closed`; the session decides which call closes, and a
         // later call returns once that one has ended the holds.
