@@ -119,6 +119,41 @@ def test_bad_input_on_free_lock(case, target):
     _assert_usable(lock)
 
 
+class _Seconds:
+    """A deadline whose ``__float__`` raises ``error``: the user's own exception."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def __float__(self) -> float:
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [ZeroDivisionError("mine"), KeyboardInterrupt()])
+def test_an_exception_of_a_deadlines_float_comes_out_as_is(error, target):
+    # Only "not a number" (a TypeError) becomes ctxlock's TypeError naming the parameter;
+    # what the user's __float__ raises comes out unchanged, from every taker of seconds.
+    lock = target.view
+    seconds = _Seconds(error)
+    for call in (
+        lambda: lock.acquire(deadline=seconds),
+        lambda: CancelToken(deadline=seconds),
+        lambda: CancelToken().child(deadline=seconds),
+        lambda: CancelToken().wait(seconds),
+    ):
+        with pytest.raises(type(error)) as info:
+            call()
+        assert info.value is error
+    _assert_usable(lock)
+
+
+def test_a_deadline_that_is_no_number_names_the_parameter_and_keeps_the_cause(target):
+    with pytest.raises(TypeError, match="deadline must be a number of seconds") as info:
+        target.view.acquire(deadline=_Seconds(TypeError("not mine to name")))
+    assert isinstance(info.value.__cause__, TypeError)
+    _assert_usable(target.view)
+
+
 @pytest.mark.parametrize("case", BAD_INPUTS, ids=_ids)
 def test_bad_input_on_held_lock(case, target, spawn):
     kwargs, exc_type, name = case

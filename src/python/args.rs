@@ -12,16 +12,23 @@ pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<
         return Ok(Timeout::NEVER);
     };
     // `extract::<f64>` takes floats directly and ints (and anything with `__float__`)
-    // through `PyFloat_AsDouble`.
-    let secs = value.extract::<f64>().map_err(|_| {
+    // through `PyFloat_AsDouble`. Its `TypeError` (not a number) becomes one naming the
+    // parameter; anything else is the user's own `__float__` raising, and comes out as is.
+    let py = value.py();
+    let secs = value.extract::<f64>().map_err(|e| {
+        if !e.is_instance_of::<PyTypeError>(py) {
+            return e;
+        }
         let ty = value
             .get_type()
             .name()
             .map(|n| n.to_string())
             .unwrap_or_else(|_| "?".into());
-        PyTypeError::new_err(format!(
+        let err = PyTypeError::new_err(format!(
             "{name} must be a number of seconds or None, not {ty}"
-        ))
+        ));
+        err.set_cause(py, Some(e));
+        err
     })?;
     Timeout::from_secs(secs).map_err(|e| match e {
         BadTimeout::NaN | BadTimeout::Negative => {
