@@ -379,6 +379,36 @@ def test_bad_calls_raise_the_full_acquires_errors(
     assert not lock.locked()
 
 
+class _Keyword(str):
+    """A keyword name whose ``__eq__`` is the user's: it raises, and counts its calls."""
+
+    calls = 0
+
+    def __eq__(self, other: object) -> bool:
+        _Keyword.calls += 1
+        raise KeyboardInterrupt
+
+    __hash__ = str.__hash__
+
+
+@pytest.mark.parametrize("keyword", ["deadline", "timeout"])
+def test_a_keyword_name_of_a_str_subclass_is_never_compared_by_the_shortcut(
+    keyword: str,
+) -> None:
+    # f(**{name: value}) may pass a str subclass as a keyword name. The shortcut never
+    # calls its __eq__ (whose exception it would have to drop); the full acquire parses
+    # the call as CPython does.
+    _Keyword.calls = 0
+    lock = Lock()
+    if keyword == "deadline":
+        lock.acquire(**{_Keyword(keyword): 1})()
+    else:
+        with pytest.raises(TypeError, match="timeout"):
+            lock.acquire(**{_Keyword(keyword): 1})
+    assert _Keyword.calls == 0
+    assert not lock.locked()
+
+
 def test_descriptor_checks_the_instance_type() -> None:
     lock = Lock()
     u = Lock.acquire(lock)

@@ -403,7 +403,7 @@ unsafe fn keywords_plain_or_deadline(
             is_number
                 && names.get_item(0).is_ok_and(|n| {
                     // Keyword names from code objects are interned: usually an identity test.
-                    n.is(pyo3::intern!(py, "deadline")) || n.eq("deadline").unwrap_or(false)
+                    n.is(pyo3::intern!(py, "deadline")) || exact_str_is(&n, "deadline")
                 })
                 && args::timeout(Some(value), "deadline").is_ok()
         }
@@ -432,7 +432,15 @@ unsafe fn has_keyword(py: Python<'_>, kwnames: *mut ffi::PyObject, name: &str) -
     // SAFETY: a non-NULL `kwnames` is a tuple (the fastcall protocol).
     let names =
         unsafe { Bound::ref_from_ptr(py, &kwnames).cast_unchecked::<pyo3::types::PyTuple>() };
-    names.iter().any(|n| n.eq(name).unwrap_or(false))
+    names.iter().any(|n| exact_str_is(&n, name))
+}
+
+/// Whether a keyword name is the exact `str` `name`. A subclass of `str` (which
+/// `f(**{Name("deadline"): 1})` can pass) is never compared here: its `__eq__` is the
+/// user's and could raise, where this check has no error to give. The generated
+/// function parses such calls, without calling it.
+fn exact_str_is(n: &Bound<'_, PyAny>, name: &str) -> bool {
+    n.is_exact_instance_of::<pyo3::types::PyString>() && n.eq(name).unwrap_or(false)
 }
 
 /// Replace `T.acquire` with a descriptor of `acquire::<T>`, keeping the generated function
