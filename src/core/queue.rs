@@ -48,6 +48,22 @@ impl WaitQueue {
         self.exclusive.first_key_value().map(|(_, w)| w)
     }
 
+    /// How many waiters are queued, as a report counts them: in a forked child whose
+    /// queue still has the blocked threads of the parent (until it is next changed:
+    /// `forget_threads_of_parent`), without them, as they do not exist here.
+    pub(crate) fn live_len(&self) -> usize {
+        let now = super::fork::generation();
+        if self.generation == now {
+            return self.len();
+        }
+        let live = |w: &&Arc<Waiter>| w.generation == now || w.is_task();
+        self.exclusive
+            .values()
+            .chain(self.shared.values())
+            .filter(live)
+            .count()
+    }
+
     /// In a forked child, the first time: drop the blocked threads queued before the
     /// fork (they do not exist here). Their status becomes ABANDONED.
     pub(crate) fn forget_threads_of_parent(&mut self) {

@@ -785,9 +785,9 @@ impl Slot {
         }
     }
 
-    /// How many waiters are queued (for statistics and tests).
+    /// How many waiters are queued (for statistics and tests; see `WaitQueue::live_len`).
     pub(crate) fn queued(&self) -> usize {
-        lock(&self.queue).len()
+        lock(&self.queue).live_len()
     }
 
     /// Attach `tag` to one hold (see `holder_tags`).
@@ -856,7 +856,7 @@ impl Slot {
         // ORDERING: `state` is a Relaxed load: a report, which orders nothing and
         // publishes nothing. Under the queue mutex it is consistent with `queue.len()`
         // as far as the queue is concerned (the QUEUED bits change only under it).
-        (self.state(), queue.len())
+        (self.state(), queue.live_len())
     }
 
     /// Take the slot for `w` if the policy allows, else queue it. True if `w` now holds
