@@ -741,6 +741,9 @@ test_close_loses_every_hold_of_that_manager_and_no_other = (
 test_an_interrupt_in_a_lost_callback_comes_out_of_close = (
     contract.test_an_interrupt_in_a_lost_callback_comes_out_of_close
 )
+test_a_lost_callback_finds_its_name_free_everywhere = (
+    contract.test_a_lost_callback_finds_its_name_free_everywhere
+)
 test_a_with_never_exited_ends_with_its_manager_garbage_collected = (
     contract.test_a_with_never_exited_ends_with_its_manager_garbage_collected
 )

@@ -1032,6 +1032,29 @@ def test_a_with_never_exited_ends_with_its_manager_garbage_collected(
         assert other.lock(ns + name).acquire(deadline=PATIENCE)() is None, name
 
 
+def test_a_lost_callback_finds_its_name_free_everywhere(ns: str, managers: Managers) -> None:
+    # close() cancels the lost tokens once every hold has ended at every level (the
+    # scope's own, a file table's kernel lock, a server's advisory lock): a callback that
+    # takes the name from another manager gets it at once. (It waited for a release that
+    # only the close() it ran in would make, after it.)
+    mgr, other = managers(2)
+    unlock = mgr.sharable_lock(ns + "a").exclusive.acquire()
+    got: list[object] = []
+
+    def take() -> None:
+        try:
+            other.lock(ns + "a").acquire(deadline=PATIENCE)()
+            got.append("acquired")
+        except LockError as exc:
+            got.append(exc)
+
+    assert unlock.lost is not None
+    unlock.lost.on_cancel(take)
+    in_thread(mgr.close).result(PATIENCE * 3)
+    assert got == ["acquired"]
+    unlock()
+
+
 def test_an_interrupt_in_a_lost_callback_comes_out_of_close(
     ns: str, managers: Managers, monkeypatch: pytest.MonkeyPatch
 ) -> None:

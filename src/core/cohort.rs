@@ -517,11 +517,10 @@ impl<K: Gatekeeper> Session for Cohort<K> {
     }
 
     fn close(&self, reason: Reason) -> usize {
-        // Local holds end first (each released locally, its `lost` cancelled); then the
-        // wider holds go, and the tickets are woken to find the manager closed.
-        let ended = self.local().close(reason);
-        self.keeper.shutdown();
-        ended
+        // Local holds end first (each released locally); then the wider holds go, and the
+        // tickets are woken to find the manager closed; then the `lost` tokens are
+        // cancelled, so that their callbacks find the names free everywhere.
+        self.local().close_then(reason, || self.keeper.shutdown())
     }
 
     fn failure(&self) -> Option<Failure> {

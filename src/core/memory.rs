@@ -412,6 +412,15 @@ impl MemoryClient {
     /// once the first has ended them all (at once if it is made by the first call's own
     /// thread, from a `lost` token's callback).
     fn close_all(&self, reason: Reason) -> usize {
+        self.close_then(reason, || ())
+    }
+
+    /// [`MemoryClient::close_all`], running `then` once the holds have ended here and
+    /// before their `lost` tokens are cancelled. A cohort gives its wider holds back
+    /// there (`Cohort::close`): a token's callback (run by `cancel`, in this thread) that
+    /// acquires the name, from another manager or process, must find it free, not wait
+    /// for a release that only this call, blocked in the callback, would make.
+    pub(crate) fn close_then(&self, reason: Reason, then: impl FnOnce()) -> usize {
         let closing = || self.closing.lock().unwrap_or_else(|e| e.into_inner());
         // ORDERING: SeqCst: see the invariants; read under each shard's mutex.
         if self.closed.swap(true, Ordering::SeqCst) {
@@ -423,15 +432,21 @@ impl MemoryClient {
             return 0;
         }
         closing().closer = Some(this_thread());
-        let ended = self.end_all(reason);
+        let (ended, lost) = self.end_all();
+        then();
+        for t in lost {
+            t.cancel(reason.clone());
+        }
         closing().done = true;
         self.closed_all.notify_all();
         ended
     }
 
-    /// The work of the first `close_all`.
-    fn end_all(&self, reason: Reason) -> usize {
+    /// The work of the first `close_all`: the holds end; their `lost` tokens (those made)
+    /// are returned, for the caller to cancel.
+    fn end_all(&self) -> (usize, Vec<CancelToken>) {
         let mut ended = 0;
+        let mut lost_tokens = Vec::new();
         for shard in self.scope.shards.iter() {
             let mut releases = Vec::new();
             let mut wake = Vec::new();
@@ -466,13 +481,11 @@ impl MemoryClient {
             }
             for (key, slot, mode, lost) in releases {
                 self.view(&key, mode).release_handing_off(slot);
-                if let Some(t) = lost {
-                    t.cancel(reason.clone());
-                }
+                lost_tokens.extend(lost);
                 ended += 1;
             }
         }
-        ended
+        (ended, lost_tokens)
     }
 
     fn failure(&self) -> Option<Failure> {
