@@ -644,6 +644,42 @@ def test_a_full_filesystem_is_a_backend_error_not_a_crash(tmp_path: Path) -> Non
         assert "reserve disk space" in proc.stdout, proc.stdout
 
 
+def test_names_kept_idle_by_managers_give_way_when_the_table_is_full(url: str) -> None:
+    # A manager keeps its slot pinned for up to 64 names it used and let go. Sixty-four
+    # managers (as many worker processes) doing so filled the 4,096 slots, and a name
+    # nobody held or waited for could then never be taken: nothing let go of idle
+    # names for another manager. Now a manager that finds the table full lets go of its
+    # own idle names, and asks the others' agents to let go of theirs.
+    managers = [LockManager(url) for _ in range(64)]
+    try:
+        for i, mgr in enumerate(managers):
+            for j in range(64):
+                mgr.lock(f"idle-{i}-{j}").acquire(deadline=PATIENCE)()
+        fresh = LockManager(url)
+        try:
+            fresh.lock("brand-new").acquire(deadline=PATIENCE)()
+            managers[3].lock("another-new").acquire(deadline=PATIENCE)()
+        finally:
+            fresh.close()
+    finally:
+        for mgr in managers:
+            mgr.close()
+
+
+def test_a_manager_lets_go_of_its_own_idle_names_when_the_table_is_full(url: str) -> None:
+    # Every slot but one held by one manager; another uses the last for a name and lets
+    # it go (keeping it idle). Its next new name needs that slot: it lets go of its own.
+    with LockManager(url) as holder, LockManager(url) as mgr:
+        held = [holder.lock(f"held-{i}").acquire(deadline=PATIENCE) for i in range(TABLE_NAMES - 1)]
+        try:
+            mgr.lock("first").acquire(deadline=PATIENCE)()
+            mgr.lock("second").acquire(deadline=PATIENCE)()
+            assert holder.lock("first").acquire(deadline=PATIENCE)() is None
+        finally:
+            for unlock in held:
+                unlock()
+
+
 # --- the contract of every scope, on this one ---------------------------------------------------
 # The tests of test_lock_manager.py that take their managers from the ``managers`` fixture run
 # here with the fixture above: managers of this test's file url.

@@ -55,7 +55,9 @@ const MAX_HANDOFFS: u32 = 256;
 const MAX_KEEP: Duration = Duration::from_millis(2);
 /// How often an agent with tickets tries again when no release rang (a crashed holder).
 const CRASH_CHECK: Duration = Duration::from_millis(10);
-/// Idle gates (names used and let go) a manager keeps, with their slot pinned.
+/// Idle gates (names used and let go) a manager keeps, with their slot pinned, while the
+/// table has room: a manager that finds it full lets go of its own idle gates and asks the
+/// others to (`Keeper::trim`).
 const IDLE_GATES: usize = 64;
 /// How long `query()` waits for another client's answer.
 const ANSWER_WITHIN: Duration = Duration::from_secs(1);
@@ -118,6 +120,11 @@ struct Keeper {
     generation: u64,
     /// The agent thread, until stopped.
     agent: Mutex<Option<JoinHandle<()>>>,
+    /// Set when a pin found every slot of the table in use, cleared when one succeeds:
+    /// the next gate that needs a slot lets go of this manager's idle gates first.
+    full: AtomicBool,
+    /// The table's `trims` count this manager's agent last answered.
+    trims_seen: std::sync::atomic::AtomicU64,
 }
 
 /// Every manager's keeper, so that the agents can be stopped before the interpreter
@@ -182,6 +189,16 @@ impl Keeper {
             return None;
         }
         let name = key.name();
+        // ORDERING: Relaxed: a hint; the pin decides under the table's own locks.
+        if self.full.load(Ordering::Relaxed) {
+            let pinned = gates
+                .map
+                .find(key.hash(), |g| *g.name == *name)
+                .is_some_and(|g| g.slot.is_some());
+            if !pinned {
+                self.trim(&mut gates, Some(key));
+            }
+        }
         let gate = gates
             .map
             .entry(key.hash(), |g| *g.name == *name, |g| g.hash)
@@ -199,6 +216,15 @@ impl Keeper {
             })
             .into_mut();
         let out = f(self, gate);
+        let no_slot = gate.slot.is_none();
+        // ORDERING: as above.
+        if no_slot && self.full.load(Ordering::Relaxed) && self.trim(&mut gates, Some(key)) == 0 {
+            // Nothing of ours to let go of: ask the other managers.
+            self.table.ask_to_trim(self.me);
+        }
+        let Some(gate) = gates.map.find_mut(key.hash(), |g| *g.name == *name) else {
+            return Some(out);
+        };
         if gate.idle() && gates.map.len() > IDLE_GATES {
             if let Ok(found) = gates.map.find_entry(key.hash(), |g| *g.name == *name) {
                 let (g, _) = found.remove();
@@ -219,13 +245,48 @@ impl Keeper {
             match self.table.pin(&g.name, stable_hash(&g.name)) {
                 Ok(Some(s)) => {
                     g.slot = Some(s);
+                    // ORDERING: Relaxed: a hint (see `full`).
+                    self.full.store(false, Ordering::Relaxed);
                     self.mark(g, s);
                 }
-                Ok(None) => {}
+                Ok(None) => self.full.store(true, Ordering::Relaxed),
                 Err(e) => self.fail(e),
             }
         }
         g.slot
+    }
+
+    /// Let go of every idle gate but `keep`'s, and of its slot: how many went. (An idle
+    /// gate has no local holder, waiter or kernel hold: the same gates `with_gate` lets
+    /// go of beyond `IDLE_GATES`.)
+    fn trim(&self, gates: &mut Gates, keep: Option<&Key>) -> usize {
+        let kept = |g: &Gate| keep.is_some_and(|k| g.hash == k.hash() && *g.name == *k.name());
+        let mut slots = Vec::new();
+        gates.map.retain(|g| {
+            let go = g.idle() && !kept(g);
+            if go {
+                slots.extend(g.slot);
+            }
+            !go
+        });
+        for &s in &slots {
+            if let Err(e) = self.table.unpin(s) {
+                self.fail(e);
+            }
+        }
+        slots.len()
+    }
+
+    /// The agent: let go of the idle gates if a manager asked since the last time.
+    fn answer_trim(&self) {
+        let asked = self.table.trims();
+        // ORDERING: Relaxed: only the agent reads and writes it.
+        if self.trims_seen.swap(asked, Ordering::Relaxed) != asked {
+            let mut gates = self.gates();
+            if !gates.closed {
+                self.trim(&mut gates, None);
+            }
+        }
     }
 
     /// Say that this client waits for slot `s` while `g` has tickets (and, for an
@@ -714,6 +775,7 @@ fn agent(k: Arc<Keeper>) {
             return;
         }
         k.answer();
+        k.answer_trim();
         // Releases are news for the agent only while a task's ticket waits.
         let wait = k.try_tickets();
         let news = if wait.is_some() { NEWS_ALL } else { NEWS_AGENT };
@@ -726,6 +788,8 @@ fn agent(k: Arc<Keeper>) {
 pub(crate) fn connect(dir: &std::path::Path) -> Result<Arc<dyn Session>, String> {
     let table = Arc::new(Table::open(dir)?);
     let me = table.join()?;
+    // Requests made before this manager existed are not its to answer.
+    let table_trims = table.trims();
     let fences = table.clone();
     let local = MemoryClient::new(Arc::new(MemoryScope::private(move |_: &Key| {
         fences.next_fence()
@@ -739,6 +803,8 @@ pub(crate) fn connect(dir: &std::path::Path) -> Result<Arc<dyn Session>, String>
         broken: OnceLock::new(),
         generation: super::fork::generation(),
         agent: Mutex::new(None),
+        full: AtomicBool::new(false),
+        trims_seen: std::sync::atomic::AtomicU64::new(table_trims),
     });
     let k = keeper.clone();
     let agent = std::thread::Builder::new()

@@ -81,7 +81,12 @@ struct Header {
     client_size: AtomicU32,
     _pad: AtomicU32,
     total: AtomicU64,
-    _pad2: [AtomicU64; 3],
+    /// Bumped by a manager that found every slot in use: each manager's agent then lets
+    /// go of the slots it keeps for idle names (`Table::ask_to_trim`). A word that was
+    /// padding before (0 in tables made earlier, which managers of the earlier version
+    /// never read: they just do not answer).
+    trims: AtomicU64,
+    _pad2: [AtomicU64; 2],
     /// The last fence issued, on its own cache line.
     fence: AtomicU64,
 }
@@ -681,6 +686,22 @@ impl Table {
         // ORDERING: SeqCst, after whatever the news is; the sleeper compares the word.
         bell.fetch_add(1, Ordering::SeqCst);
         futex_wake(bell, news);
+    }
+
+    /// Every slot is in use: ask every manager of the directory to let go of the slots it
+    /// keeps for names nobody uses (`trims`), and ring their agents.
+    pub fn ask_to_trim(&self, me: usize) {
+        // ORDERING: SeqCst, before the rings: an agent woken by one reads the new count.
+        self.header().trims.fetch_add(1, Ordering::SeqCst);
+        for c in (0..CLIENTS).filter(|&c| c != me) {
+            self.ring(c, NEWS_AGENT);
+        }
+    }
+
+    /// How many times a manager asked for slots to be let go (see `ask_to_trim`).
+    pub fn trims(&self) -> u64 {
+        // ORDERING: SeqCst, the other half of `ask_to_trim`'s increment.
+        self.header().trims.load(Ordering::SeqCst)
     }
 
     /// Tell every other client waiting for slot `s` that it may be free now.
