@@ -615,6 +615,34 @@ def _small_filesystem(where: Path, size: str) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(where)], timeout=20, check=False)
 
 
+def test_a_file_url_is_percent_decoded_as_path_as_uri_writes_it(tmp_path: Path) -> None:
+    # Path.as_uri() percent-encodes (a space is %20): the directory is the decoded one,
+    # and the url written either way is one scope.
+    spaced = tmp_path / "my locks %"
+    encoded = spaced.as_uri()
+    assert "%20" in encoded and "%25" in encoded
+    with LockManager(encoded) as a, LockManager(f"file://{tmp_path}/my locks %25") as b:
+        assert (spaced / TABLE).exists()
+        assert not (tmp_path / "my%20locks%20%25").exists()
+        unlock = a.lock("x").acquire(deadline=PATIENCE)
+        assert b.lock("x").try_acquire() is None
+        unlock()
+        assert a.url == encoded
+
+
+@pytest.mark.parametrize(
+    ("tail", "match"),
+    [("?mode=ro", "query"), ("#part", "fragment"), ("%zz", "'%'"), ("a%00b", "%00")],
+)
+def test_a_file_url_with_a_query_fragment_or_bad_escape_is_a_value_error(
+    tail: str, match: str, tmp_path: Path
+) -> None:
+    # Taken as part of the path, they named another directory: a scope of its own.
+    with pytest.raises(ValueError, match=match):
+        LockManager(f"file://{tmp_path}/locks{tail}")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_full_filesystem_is_a_backend_error_not_a_crash(tmp_path: Path) -> None:
     # On a filesystem with no room for the table's pages (1 MB, for a table of about
     # 13 MB), a sparse table was linked in and mapped, and the first write to a page the

@@ -818,12 +818,29 @@ pub fn futex_wake(word: &AtomicU32, news: u32) {
     };
 }
 
-/// The directory of a `file://` url's path, as bytes the kernel takes.
+/// The directory of a `file://` url's path, as bytes the kernel takes: percent-decoded
+/// (RFC 8089, as `pathlib.Path.as_uri()` writes it: `%20` is a space). A query or a
+/// fragment is refused: the scope has no parameters, and taken as part of the path they
+/// would name another directory, a scope of its own.
 pub fn dir_path(path: &str) -> Result<PathBuf, String> {
     if path.contains('\0') {
         return Err("LockManager url cannot contain a NUL byte".to_owned());
     }
-    Ok(PathBuf::from(std::ffi::OsStr::from_bytes(path.as_bytes())))
+    if let Some(c) = path.chars().find(|&c| c == '?' || c == '#') {
+        return Err(format!(
+            "LockManager url 'file://{path}' has a {}: the file scope takes none (percent-\
+             encode a '{c}' of the directory's name as {})",
+            if c == '?' { "query" } else { "fragment" },
+            if c == '?' { "%3F" } else { "%23" },
+        ));
+    }
+    let bytes = super::percent::decode(path).map_err(|()| {
+        format!(
+            "LockManager url 'file://{path}' has a '%' that is not followed by two hex digits, \
+             or %00 (percent-encode a '%' of the directory's name as %25)"
+        )
+    })?;
+    Ok(PathBuf::from(std::ffi::OsStr::from_bytes(&bytes)))
 }
 
 #[cfg(test)]

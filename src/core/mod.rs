@@ -14,7 +14,8 @@
 //!   `stats` (what `statistics()` reports);
 //! - named locks: `named` (the contract and the `Session` seam every scope implements),
 //!   `memory` (the in-process scope: a table of slots by name, with fences and the
-//!   records `query()` reads), `file_table` (the table a directory's processes share)
+//!   records `query()` reads), `percent` (the strict percent-decoding of the urls),
+//!   `file_table` (the table a directory's processes share)
 //!   `cohort` (a private `memory` scope per manager behind a gate per name: what every
 //!   scope wider than the process shares), `file` (the processes-of-one-machine scope:
 //!   kernel-owned gates), `pg_url` and `pg` (the PostgreSQL scope: server-owned gates),
@@ -39,6 +40,8 @@ pub(crate) mod memory;
 #[cfg(not(loom))]
 pub mod named;
 pub mod park;
+#[cfg(not(loom))]
+pub(crate) mod percent;
 #[cfg(all(not(loom), target_os = "linux"))]
 pub(crate) mod pg;
 #[cfg(not(loom))]

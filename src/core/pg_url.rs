@@ -18,6 +18,8 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::percent::decode;
+
 /// libpq's port when neither the url nor `PGPORT` names one.
 const DEFAULT_PORT: u16 = 5432;
 /// The unix socket directory of Debian's and Ubuntu's servers, which libpq there tries
@@ -983,29 +985,6 @@ fn encode(s: &str) -> String {
         }
     }
     out
-}
-
-/// Percent-decodes `s`: `Err(())` for a '%' not followed by two hex digits or for `%00`.
-fn decode(s: &str) -> Result<Vec<u8>, ()> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3).ok_or(())?;
-            let hex = std::str::from_utf8(hex).map_err(|_| ())?;
-            let b = u8::from_str_radix(hex, 16).map_err(|_| ())?;
-            if b == 0 || !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
-                return Err(());
-            }
-            out.push(b);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    Ok(out)
 }
 
 /// Percent-decodes a part that is not secret (so it may be echoed) into UTF-8.
