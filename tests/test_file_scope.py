@@ -708,6 +708,25 @@ def test_a_manager_lets_go_of_its_own_idle_names_when_the_table_is_full(url: str
                 unlock()
 
 
+@pytest.mark.asyncio
+async def test_a_task_waiting_for_a_slot_gets_one_its_manager_kept_idle(url: str) -> None:
+    # A task's wait is retried by the manager's agent, not by a thread: it too lets go of
+    # the manager's own idle names when the table is full.
+    with LockManager(url) as holder, LockManager(url) as mgr:
+        held = [holder.lock(f"held-{i}").acquire(deadline=PATIENCE) for i in range(TABLE_NAMES - 1)]
+        try:
+            last = mgr.lock("last").acquire(deadline=PATIENCE)  # the last slot
+            waiting = asyncio.ensure_future(mgr.lock("new").acquire_async(deadline=PATIENCE))
+            await asyncio.sleep(0.05)
+            assert not waiting.done()
+            last()  # now idle, its slot kept by mgr: the task's retry must let it go
+            unlock = await asyncio.wait_for(waiting, PATIENCE * 2)
+            unlock()
+        finally:
+            for unlock in held:
+                unlock()
+
+
 # --- the contract of every scope, on this one ---------------------------------------------------
 # The tests of test_lock_manager.py that take their managers from the ``managers`` fixture run
 # here with the fixture above: managers of this test's file url.

@@ -59,6 +59,9 @@ const CRASH_CHECK: Duration = Duration::from_millis(10);
 /// table has room: a manager that finds it full lets go of its own idle gates and asks the
 /// others to (`Keeper::trim`).
 const IDLE_GATES: usize = 64;
+/// How often at most a manager that finds the table full asks the others to let go of
+/// their idle names (`Keeper::make_room`).
+const ASK_TO_TRIM_EVERY: Duration = Duration::from_millis(100);
 /// How long `query()` waits for another client's answer.
 const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 
@@ -103,6 +106,8 @@ struct Gates {
     map: HashTable<Gate>,
     /// Set once by `shutdown`: no gate is entered again.
     closed: bool,
+    /// When this manager last asked the others to let go of idle names (`make_room`).
+    asked_to_trim: Option<Instant>,
 }
 
 /// What a manager's threads and its agent share: the table and the gates.
@@ -216,16 +221,14 @@ impl Keeper {
             })
             .into_mut();
         let out = f(self, gate);
-        let no_slot = gate.slot.is_none();
+        let (no_slot, idle) = (gate.slot.is_none(), gate.idle());
         // ORDERING: as above.
-        if no_slot && self.full.load(Ordering::Relaxed) && self.trim(&mut gates, Some(key)) == 0 {
-            // Nothing of ours to let go of: ask the other managers.
-            self.table.ask_to_trim(self.me);
-        }
-        let Some(gate) = gates.map.find_mut(key.hash(), |g| *g.name == *name) else {
+        if no_slot && self.full.load(Ordering::Relaxed) {
+            // (A gate left idle without a slot costs nothing: the next trim takes it.)
+            self.make_room(&mut gates, Some(key));
             return Some(out);
-        };
-        if gate.idle() && gates.map.len() > IDLE_GATES {
+        }
+        if idle && gates.map.len() > IDLE_GATES {
             if let Ok(found) = gates.map.find_entry(key.hash(), |g| *g.name == *name) {
                 let (g, _) = found.remove();
                 if let Some(s) = g.slot {
@@ -275,6 +278,25 @@ impl Keeper {
             }
         }
         slots.len()
+    }
+
+    /// Every slot of the table is in use: let go of this manager's idle gates (but
+    /// `keep`'s), or if it has none, ask the other managers to let go of theirs, at most
+    /// every `ASK_TO_TRIM_EVERY` (a waiter retries far more often, and each ask empties
+    /// every manager's cache of idle names).
+    fn make_room(&self, gates: &mut Gates, keep: Option<&Key>) {
+        if self.trim(gates, keep) > 0 {
+            return;
+        }
+        let now = Instant::now();
+        if gates
+            .asked_to_trim
+            .is_some_and(|at| now.duration_since(at) < ASK_TO_TRIM_EVERY)
+        {
+            return;
+        }
+        gates.asked_to_trim = Some(now);
+        self.table.ask_to_trim(self.me);
     }
 
     /// The agent: let go of the idle gates if a manager asked since the last time.
@@ -600,6 +622,7 @@ impl Keeper {
             if gates.closed || self.forked() {
                 return None;
             }
+            let mut no_slot = false;
             for g in gates.map.iter_mut() {
                 if g.tickets.is_empty() {
                     continue;
@@ -614,8 +637,14 @@ impl Keeper {
                     self.grant(g, |t| !t.own, &mut wake);
                     continue;
                 }
+                no_slot |= g.slot.is_none();
                 let wait = self.retry_in(g);
                 next = Some(next.map_or(wait, |n| n.min(wait)));
+            }
+            // Tasks' tickets waiting for a slot: as a thread's retry does (`with_gate`).
+            // ORDERING: see `with_gate`.
+            if no_slot && self.full.load(Ordering::Relaxed) {
+                self.make_room(&mut gates, None);
             }
         }
         super::cohort::wake(wake);

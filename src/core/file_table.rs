@@ -184,13 +184,29 @@ fn os_err(what: &str, path: &Path, e: io::Error) -> String {
     format!("cannot {what} {}: {e}", path.display())
 }
 
-/// Give the file `TOTAL` bytes with their blocks allocated (`posix_fallocate`: it never
-/// changes bytes already there, and extends a shorter file).
+/// Give the file `TOTAL` bytes with their blocks allocated: Linux's `fallocate` (mode 0),
+/// which never changes bytes already there and extends a shorter file. Not
+/// `posix_fallocate`: where the filesystem has no `fallocate`, glibc's fallback writes a
+/// zero over each block it read as zero, racing the managers that write the mapped table.
+/// There the file is given its length alone (sparse, as before), and `Ok` returned.
 fn allocate(file: &std::fs::File) -> io::Result<()> {
-    // SAFETY: a call on a descriptor `file` owns; it reads and writes no memory of ours.
-    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, TOTAL as libc::off_t) } {
-        0 => Ok(()),
-        err => Err(io::Error::from_raw_os_error(err)),
+    loop {
+        // SAFETY: a call on a descriptor `file` owns; it reads and writes no memory of ours.
+        if unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, TOTAL as libc::off_t) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            // A signal handled meanwhile (tmpfs checks for one on every page).
+            Some(libc::EINTR) => continue,
+            Some(libc::EOPNOTSUPP) => {
+                if file.metadata()?.len() < TOTAL as u64 {
+                    file.set_len(TOTAL as u64)?;
+                }
+                return Ok(());
+            }
+            _ => return Err(e),
+        }
     }
 }
 
@@ -200,6 +216,7 @@ fn allocate(file: &std::fs::File) -> io::Result<()> {
 /// room is taken here, once, or the manager fails with the filesystem's error. Tables
 /// made sparse (by an earlier version) get their blocks the same way; for a table that
 /// has them this changes nothing.
+/// (A filesystem without `fallocate` keeps the table sparse: see `allocate`.)
 fn reserve(file: &std::fs::File, path: &Path) -> Result<(), String> {
     allocate(file).map_err(|e| os_err("reserve disk space for the lock table", path, e))
 }

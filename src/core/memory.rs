@@ -493,13 +493,15 @@ impl MemoryClient {
     }
 }
 
-/// A client dropped without `close`: its holds end as `close` ends them. Only scoped
-/// holds can be left then (a `with` entered and never exited): an `Unlock`, a waiter or
-/// a handle keeps its manager, and so the client, alive. Without this such a name of the
-/// process-wide scope would stay held for the life of the process, by nobody.
+/// A client of the process-wide scope dropped without `close`: its holds end as `close`
+/// ends them. Only scoped holds can be left then (a `with` entered and never exited): an
+/// `Unlock`, a waiter or a handle keeps its manager, and so the client, alive. Without
+/// this such a name would stay held for the life of the process, by nobody. A private
+/// scope's client (a cohort's, `private`) is left alone: nothing else can reach its
+/// scope, and its cohort gives back the wider holds as the manager goes.
 impl Drop for MemoryClient {
     fn drop(&mut self) {
-        if !self.is_closed() {
+        if self.scope.fences.is_none() && !self.is_closed() {
             let reason: Reason = Arc::new(Failure(
                 "the LockManager was garbage-collected without close()".to_owned(),
             ));
