@@ -147,6 +147,16 @@ def test_an_exception_of_a_deadlines_float_comes_out_as_is(error, target):
     _assert_usable(lock)
 
 
+def test_an_int_too_large_for_a_float_is_no_limit_or_negative(target):
+    # 10**400 seconds is beyond any limit, as inf is; -10**400 is negative.
+    lock = target.view
+    lock.acquire(deadline=10**400)()
+    assert CancelToken(deadline=10**400).deadline is None
+    with pytest.raises(ValueError, match="deadline must not be negative"):
+        lock.acquire(deadline=-(10**400))
+    _assert_usable(lock)
+
+
 def test_a_deadline_that_is_no_number_names_the_parameter_and_keeps_the_cause(target):
     with pytest.raises(TypeError, match="deadline must be a number of seconds") as info:
         target.view.acquire(deadline=_Seconds(TypeError("not mine to name")))

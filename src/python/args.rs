@@ -15,9 +15,20 @@ pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<
     // through `PyFloat_AsDouble`. Its `TypeError` (not a number) becomes one naming the
     // parameter; anything else is the user's own `__float__` raising, and comes out as is.
     let py = value.py();
-    let secs = value.extract::<f64>().map_err(|e| {
+    let secs = value.extract::<f64>().or_else(|e| {
+        // An int too large for a float is still a number of seconds: beyond any limit
+        // (infinity, no limit), or negative.
+        if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py)
+            && value.is_instance_of::<pyo3::types::PyInt>()
+        {
+            return Ok(if value.lt(0)? {
+                f64::NEG_INFINITY
+            } else {
+                f64::INFINITY
+            });
+        }
         if !e.is_instance_of::<PyTypeError>(py) {
-            return e;
+            return Err(e);
         }
         let ty = value
             .get_type()
@@ -28,7 +39,7 @@ pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<
             "{name} must be a number of seconds or None, not {ty}"
         ));
         err.set_cause(py, Some(e));
-        err
+        Err(err)
     })?;
     Timeout::from_secs(secs).map_err(|e| match e {
         BadTimeout::NaN | BadTimeout::Negative => {
