@@ -32,7 +32,7 @@
 //! `query()` and `statistics()` ask every live client (its agent publishes its records in
 //! its part of the table, under a seqlock), so they see every process's holds and waits.
 
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -129,7 +129,7 @@ struct Keeper {
     /// the next gate that needs a slot lets go of this manager's idle gates first.
     full: AtomicBool,
     /// The table's `trims` count this manager's agent last answered.
-    trims_seen: std::sync::atomic::AtomicU64,
+    trims_seen: AtomicU64,
 }
 
 /// Every manager's keeper, so that the agents can be stopped before the interpreter
@@ -833,7 +833,7 @@ pub(crate) fn connect(dir: &std::path::Path) -> Result<Arc<dyn Session>, String>
         generation: super::fork::generation(),
         agent: Mutex::new(None),
         full: AtomicBool::new(false),
-        trims_seen: std::sync::atomic::AtomicU64::new(table_trims),
+        trims_seen: AtomicU64::new(table_trims),
     });
     let k = keeper.clone();
     let agent = std::thread::Builder::new()

@@ -4,7 +4,7 @@
 //!
 //! One file, of a fixed size, made once and never removed (so two processes can never
 //! hold "the same" lock on two inodes of one path). Its disk blocks are reserved when it
-//! is made (`reserve`: a sparse file would fault on a full disk), but a page costs memory
+//! is made (`allocate`: a sparse file would fault on a full disk), but a page costs memory
 //! only once it is touched (on a disk filesystem; tmpfs reserves memory). It holds
 //! - a header: a magic word, the layout's version and sizes, and the scope's fence
 //!   counter (one for every name: fences then increase per name, across slot reuse);
@@ -184,8 +184,15 @@ fn os_err(what: &str, path: &Path, e: io::Error) -> String {
     format!("cannot {what} {}: {e}", path.display())
 }
 
-/// Give the file `TOTAL` bytes with their blocks allocated: Linux's `fallocate` (mode 0),
-/// which never changes bytes already there and extends a shorter file. Not
+/// Give the file `TOTAL` bytes with their blocks allocated, before it is mapped. A page of
+/// a sparse file that the filesystem cannot find room for when it is first written
+/// (a full disk) faults the writing process with SIGBUS instead of failing a call: the
+/// room is taken here, once, or the manager fails with the filesystem's error. Tables
+/// made sparse (by an earlier version) get their blocks the same way; for a table that
+/// has them this changes nothing.
+///
+/// Linux's `fallocate` (mode 0): it never changes bytes already there, and extends a
+/// shorter file. Not
 /// `posix_fallocate`: where the filesystem has no `fallocate`, glibc's fallback writes a
 /// zero over each block it read as zero, racing the managers that write the mapped table.
 /// There the file is given its length alone (sparse, as before), and `Ok` returned.
@@ -208,17 +215,6 @@ fn allocate(file: &std::fs::File) -> io::Result<()> {
             _ => return Err(e),
         }
     }
-}
-
-/// Make sure every page of the table has its disk blocks before it is mapped. A page of
-/// a sparse file that the filesystem cannot find room for when it is first written
-/// (a full disk) faults the writing process with SIGBUS instead of failing a call: the
-/// room is taken here, once, or the manager fails with the filesystem's error. Tables
-/// made sparse (by an earlier version) get their blocks the same way; for a table that
-/// has them this changes nothing.
-/// (A filesystem without `fallocate` keeps the table sparse: see `allocate`.)
-fn reserve(file: &std::fs::File, path: &Path) -> Result<(), String> {
-    allocate(file).map_err(|e| os_err("reserve disk space for the lock table", path, e))
 }
 
 impl Table {
@@ -247,9 +243,9 @@ impl Table {
                 path.display()
             ));
         }
-        reserve(&file, &path)?;
+        allocate(&file).map_err(|e| os_err("reserve disk space for the lock table", &path, e))?;
         // SAFETY: a fresh shared mapping of a file checked to be TOTAL bytes long, with
-        // its blocks reserved (see `reserve`); the kernel picks the address.
+        // its blocks reserved (see `allocate`); the kernel picks the address.
         let map = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -290,7 +286,7 @@ impl Table {
             .map_err(|e| os_err("create a lock table in", dir, e))?;
         let made = (|| -> io::Result<()> {
             // The whole length, with its blocks: a table is never linked in that the
-            // filesystem has no room for (see `reserve`).
+            // filesystem has no room for (see `allocate`).
             allocate(&file)?;
             let mut header = [0u8; 32];
             header[0..8].copy_from_slice(&MAGIC.to_le_bytes());

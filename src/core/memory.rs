@@ -297,6 +297,11 @@ impl MemoryScope {
         }
     }
 
+    /// Whether this is one process's part of a wider scope (`private`): a cohort's.
+    fn is_private(&self) -> bool {
+        self.fences.is_some()
+    }
+
     /// The in-process scope.
     pub fn get() -> Arc<MemoryScope> {
         static MEMORY: OnceLock<Arc<MemoryScope>> = OnceLock::new();
@@ -501,7 +506,7 @@ impl MemoryClient {
 /// scope, and its cohort gives back the wider holds as the manager goes.
 impl Drop for MemoryClient {
     fn drop(&mut self) {
-        if self.scope.fences.is_none() && !self.is_closed() {
+        if !self.scope.is_private() && !self.is_closed() {
             let reason: Reason = Arc::new(Failure(
                 "the LockManager was garbage-collected without close()".to_owned(),
             ));

@@ -532,10 +532,10 @@ mod per_thread {
     }
 
     /// Objects left by ended threads (addresses: raw pointers are not `Send`), per class,
-    /// and how many there are.
-    /// Taken only with `try_lock`, except by an ending thread (`Local::drop`): a forked
-    /// child may find one held by a thread of the parent that does not exist there, and
-    /// nothing on the path of an acquire may then wait for it.
+    /// and (`ORPHANED`) how many there are. Each mutex is taken only with `try_lock`,
+    /// except by an ending thread (`Local::drop`): a forked child may find one held by a
+    /// thread of the parent that does not exist there, and nothing on the path of an
+    /// acquire may then wait for it.
     static ORPHANS: [Mutex<Vec<usize>>; CLASSES] = [const { Mutex::new(Vec::new()) }; CLASSES];
     static ORPHANED: [AtomicUsize; CLASSES] = [const { AtomicUsize::new(0) }; CLASSES];
     /// Set in a forked child for a class whose `ORPHANS` mutex a thread of the parent held
