@@ -323,6 +323,24 @@ def test_timeout_keyword_hints_at_deadline(kind, args, kwargs):
     assert not lock.locked()
 
 
+@over(KINDS)
+@pytest.mark.parametrize(
+    "kwargs", [{"timeout": 1}, {"deadline": 1, "timeout": 0}, {"timeout": 1, "x": 2}], ids=repr
+)
+def test_timeout_keyword_of_acquire_async_hints_at_deadline(kind, kwargs):
+    lock, _ = kind.factory()
+    name = type(lock).__name__
+    with pytest.raises(TypeError) as info:
+        lock.acquire_async(**kwargs)  # type: ignore[call-arg]
+    message = str(info.value)
+    assert f"{name}.acquire_async() got an unexpected keyword argument 'timeout'" in message
+    assert "deadline=" in message
+    other = r"acquire_async\(\) got an unexpected keyword argument 'timout'$"
+    with pytest.raises(TypeError, match=other):
+        lock.acquire_async(timout=1)  # type: ignore[call-arg]
+    assert not lock.locked()
+
+
 def test_other_unknown_keywords_stay_plain_type_errors():
     lock = Lock()
     with pytest.raises(TypeError, match="unexpected keyword argument 'timout'") as info:

@@ -55,9 +55,35 @@ pub(crate) fn truthy(value: &Bound<'_, PyAny>) -> PyResult<bool> {
 
 /// The error of an acquire given `timeout=`, which it does not take: hint at `deadline=`.
 pub(crate) fn timeout_keyword<T: pyo3::PyClass>() -> PyErr {
+    timeout_keyword_of(T::NAME, "acquire")
+}
+
+/// [`timeout_keyword`] for `class_name.method()`.
+fn timeout_keyword_of(class_name: &str, method: &str) -> PyErr {
     PyTypeError::new_err(format!(
-        "{}.acquire() got an unexpected keyword argument 'timeout'; \
-         ctxlock takes deadline= (seconds from now)",
+        "{class_name}.{method}() got an unexpected keyword argument 'timeout'; \
+         ctxlock takes deadline= (seconds from now)"
+    ))
+}
+
+/// The error for keyword arguments `method` does not take (`acquire_async`, which takes
+/// them as `**extra` only to say so): `timeout=` hints at `deadline=`, as for `acquire`;
+/// any other is Python's own wording.
+pub(crate) fn unexpected_keywords<T: pyo3::PyClass>(
+    method: &str,
+    extra: &Bound<'_, pyo3::types::PyDict>,
+) -> PyErr {
+    if extra.contains("timeout").unwrap_or(false) {
+        return timeout_keyword_of(T::NAME, method);
+    }
+    let first = extra
+        .keys()
+        .iter()
+        .next()
+        .and_then(|k| k.str().ok().map(|s| s.to_string()))
+        .unwrap_or_default();
+    PyTypeError::new_err(format!(
+        "{}.{method}() got an unexpected keyword argument '{first}'",
         T::NAME
     ))
 }

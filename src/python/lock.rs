@@ -130,13 +130,18 @@ macro_rules! lock_methods {
             /// served in FIFO order. ``task.cancel()``, ``asyncio.timeout()``, the token and the
             /// deadline each end the wait (CancelledError, TimeoutError, ``Cancelled``,
             /// ``LockTimeout``), and in every race the lock is never leaked or held twice.
-            #[pyo3(signature = (cancel = None, *, deadline = None))]
+            #[pyo3(signature = (cancel = None, *, deadline = None, **extra))]
             fn acquire_async<'py>(
                 slf: &Bound<'py, Self>,
                 cancel: Option<&Bound<'py, PyAny>>,
                 deadline: Option<&Bound<'py, PyAny>>,
+                // Taken only to refuse it with a hint (`timeout=` is threading's name).
+                extra: Option<&Bound<'py, pyo3::types::PyDict>>,
             ) -> PyResult<Bound<'py, PyAny>> {
                 use $crate::python::vectorcall::FastAcquire;
+                if let Some(extra) = extra.filter(|e| !e.is_empty()) {
+                    return Err($crate::python::args::unexpected_keywords::<Self>("acquire_async", extra));
+                }
                 $crate::python::asyncio::acquire(slf.py(), Self::owner(slf.clone().unbind()), cancel, deadline)
             }
 
