@@ -130,7 +130,12 @@ macro_rules! lock_methods {
             /// served in FIFO order. ``task.cancel()``, ``asyncio.timeout()``, the token and the
             /// deadline each end the wait (CancelledError, TimeoutError, ``Cancelled``,
             /// ``LockTimeout``), and in every race the lock is never leaked or held twice.
-            #[pyo3(signature = (cancel = None, *, deadline = None, **extra))]
+            // `**extra` is left out of the signature users see: it is there only for
+            // the error.
+            #[pyo3(
+                signature = (cancel = None, *, deadline = None, **extra),
+                text_signature = "($self, cancel=None, *, deadline=None)"
+            )]
             fn acquire_async<'py>(
                 slf: &Bound<'py, Self>,
                 cancel: Option<&Bound<'py, PyAny>>,
