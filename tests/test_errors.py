@@ -320,7 +320,7 @@ def test_timeout_keyword_hints_at_deadline(kind, args, kwargs):
     message = str(info.value)
     assert f"{name}.acquire() got an unexpected keyword argument 'timeout'" in message
     assert "deadline=" in message
-    assert not lock.locked()
+    _assert_usable(lock)
 
 
 @over(KINDS)
@@ -338,7 +338,7 @@ def test_timeout_keyword_of_acquire_async_hints_at_deadline(kind, kwargs):
     other = r"acquire_async\(\) got an unexpected keyword argument 'timout'$"
     with pytest.raises(TypeError, match=other):
         lock.acquire_async(timout=1)  # type: ignore[call-arg]
-    assert not lock.locked()
+    _assert_usable(lock)
 
 
 def test_other_unknown_keywords_stay_plain_type_errors():

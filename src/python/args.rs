@@ -77,10 +77,9 @@ pub(crate) fn unexpected_keywords<T: pyo3::PyClass>(
         return timeout_keyword_of(T::NAME, method);
     }
     let first = extra
-        .keys()
         .iter()
         .next()
-        .and_then(|k| k.str().ok().map(|s| s.to_string()))
+        .and_then(|(k, _)| k.str().ok().map(|s| s.to_string()))
         .unwrap_or_default();
     PyTypeError::new_err(format!(
         "{}.{method}() got an unexpected keyword argument '{first}'",
