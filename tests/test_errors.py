@@ -347,3 +347,52 @@ def test_other_unknown_keywords_stay_plain_type_errors():
         lock.acquire(timout=1)  # type: ignore[call-arg]
     assert "deadline=" not in str(info.value)
     _assert_usable(lock)
+
+
+# --- other arguments of the wrong type: the message names the parameter -----------------------
+
+
+@pytest.mark.parametrize("value", [1, "yes", None, 1.0], ids=repr)
+def test_fair_takes_only_a_bool(value):
+    with pytest.raises(TypeError) as info:
+        Lock(fair=value)  # type: ignore[arg-type]
+    assert str(info.value) == f"fair must be a bool, not {type(value).__name__}"
+    assert Lock(fair=True).fair
+    assert not Lock(fair=False).fair
+    assert not Lock().fair
+
+
+@pytest.mark.parametrize("value", [1, b"a:", None], ids=repr)
+def test_query_prefix_must_be_a_str(value):
+    with ctxlock.LockManager() as mgr:
+        unlock = mgr.lock("q:1").acquire()
+        with pytest.raises(TypeError) as info:
+            mgr.query(value)  # type: ignore[arg-type]
+        assert str(info.value) == f"query prefix must be a str, not {type(value).__name__}"
+        with pytest.raises(TypeError, match="query prefix must be a str"):
+            mgr.query(prefix=value)  # type: ignore[arg-type]
+        assert [i.name for i in mgr.query("q:")] == ["q:1"]
+        assert [i.name for i in mgr.query()] == ["q:1"]
+        unlock()
+
+
+def test_on_cancel_names_fn_and_registers_nothing():
+    token = CancelToken()
+    with pytest.raises(TypeError, match=r"^on_cancel\(\) fn must be callable, not int$"):
+        token.on_cancel(1)  # type: ignore[arg-type]
+    seen = []
+    token.on_cancel(lambda: seen.append(1))
+    token.cancel()
+    assert seen == [1]
+
+
+def test_unlock_on_cancel_names_token_and_keeps_the_hold():
+    lock = Lock()
+    unlock = lock.acquire()
+    with pytest.raises(
+        TypeError, match=r"^unlock_on_cancel\(\) token must be a CancelToken, not str$"
+    ):
+        unlock.unlock_on_cancel("token")  # type: ignore[arg-type]
+    assert lock.locked()
+    unlock()
+    _assert_usable(lock)

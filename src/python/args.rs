@@ -93,11 +93,31 @@ pub(crate) fn a_str<'a, 'py>(
     obj: &'a Bound<'py, PyAny>,
     what: &str,
 ) -> PyResult<&'a Bound<'py, pyo3::types::PyString>> {
-    obj.cast::<pyo3::types::PyString>().map_err(|_| {
-        let type_name = obj
-            .get_type()
-            .name()
-            .map_or_else(|_| "?".to_owned(), |n| n.to_string());
-        PyTypeError::new_err(format!("{what}, not {type_name}"))
-    })
+    obj.cast::<pyo3::types::PyString>()
+        .map_err(|_| wrong_type(obj, what))
+}
+
+/// A `TypeError` saying `what` ("fair must be a bool") and what `obj` was instead.
+pub(crate) fn wrong_type(obj: &Bound<'_, PyAny>, what: &str) -> PyErr {
+    let type_name = obj
+        .get_type()
+        .name()
+        .map_or_else(|_| "?".to_owned(), |n| n.to_string());
+    PyTypeError::new_err(format!("{what}, not {type_name}"))
+}
+
+/// `Lock(fair=...)`: a bool, strictly. Any other value is refused by name rather than
+/// taken by its truth value: a lock made fair by accident would be slower for no reason.
+/// (Through `from_py_with`, so the default stays `False` in the signature users see.)
+pub(crate) fn fair(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    obj.cast::<pyo3::types::PyBool>()
+        .map(|b| b.is_true())
+        .map_err(|_| wrong_type(obj, "fair must be a bool"))
+}
+
+/// `LockManager.query(prefix=...)`: a str.
+pub(crate) fn prefix(obj: &Bound<'_, PyAny>) -> PyResult<String> {
+    Ok(a_str(obj, "query prefix must be a str")?
+        .to_str()?
+        .to_owned())
 }

@@ -225,7 +225,10 @@ impl PyCancelToken {
     /// ``context.AfterFunc``).
     fn on_cancel(&self, r#fn: Bound<'_, PyAny>) -> PyResult<OnCancel> {
         if !r#fn.is_callable() {
-            return Err(PyTypeError::new_err("on_cancel() needs a callable"));
+            return Err(super::args::wrong_type(
+                &r#fn,
+                "on_cancel() fn must be callable",
+            ));
         }
         // On a cancelled token `fn` runs here, at once: its interrupt comes out here.
         let registration = raising_interrupts(|| {

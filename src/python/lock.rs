@@ -191,7 +191,7 @@ impl PyLock {
 lock_methods!(PyLock(LockView) {
     #[new]
     #[pyo3(signature = (*, fair = false))]
-    fn new(fair: bool) -> Self {
+    fn new(#[pyo3(from_py_with = crate::python::args::fair)] fair: bool) -> Self {
         PyLock { lock: if fair { Lock::fair() } else { Lock::new() } }
     }
 

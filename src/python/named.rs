@@ -136,9 +136,14 @@ impl PyLockManager {
 
     /// Every hold and every waiter whose name starts with ``prefix``, of every client of
     /// the scope, as ``LockInfo`` objects (ordered by name, then by ``since``).
-    #[pyo3(signature = (prefix = ""))]
-    fn query(&self, py: Python<'_>, prefix: &str) -> PyResult<Vec<PyLockInfo>> {
-        let infos = self.session.query(prefix);
+    // The text signature is spelled out: PyO3 shows a default of `String::new()` as `...`.
+    #[pyo3(signature = (prefix = String::new()), text_signature = "($self, prefix='')")]
+    fn query(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = super::args::prefix)] prefix: String,
+    ) -> PyResult<Vec<PyLockInfo>> {
+        let infos = self.session.query(&prefix);
         let names = thread_names(py)?;
         let host = host_name(py)?;
         Ok(infos

@@ -1,6 +1,6 @@
 //! `ctxlock.Unlock`: the once-only release handed out by every acquire.
 
-use pyo3::exceptions::{PyResourceWarning, PyTypeError};
+use pyo3::exceptions::PyResourceWarning;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
@@ -167,9 +167,9 @@ impl PyUnlock {
 
     /// Release when ``token`` is cancelled (at once if it already is).
     fn unlock_on_cancel(slf: &Bound<'_, Self>, token: &Bound<'_, PyAny>) -> PyResult<()> {
-        let token = token
-            .cast::<PyCancelToken>()
-            .map_err(|_| PyTypeError::new_err("unlock_on_cancel() needs a CancelToken"))?;
+        let token = token.cast::<PyCancelToken>().map_err(|_| {
+            super::args::wrong_type(token, "unlock_on_cancel() token must be a CancelToken")
+        })?;
         let this = slf.get();
         if this.unlock.released() {
             return Ok(());
