@@ -396,3 +396,23 @@ def test_unlock_on_cancel_names_token_and_keeps_the_hold():
     assert lock.locked()
     unlock()
     _assert_usable(lock)
+
+
+@pytest.mark.parametrize(
+    ("call", "what"),
+    [
+        (lambda mgr: mgr.lock("a\ud800"), "lock name"),
+        (lambda mgr: mgr.sharable_lock("\udc00b"), "lock name"),
+        (lambda mgr: mgr.query("\ud800"), "query prefix"),
+        (lambda mgr: ctxlock.LockManager("file:///tmp/\ud800"), "LockManager url"),
+    ],
+    ids=["lock", "sharable_lock", "query", "url"],
+)
+def test_a_str_with_no_utf8_is_a_value_error_naming_the_parameter(call, what):
+    with ctxlock.LockManager() as mgr:
+        with pytest.raises(ValueError) as info:
+            call(mgr)
+        assert str(info.value) == f"{what} must be encodable as UTF-8 (no lone surrogates)"
+        assert isinstance(info.value.__cause__, UnicodeEncodeError)
+        assert mgr.query() == []
+        mgr.lock("a").acquire()()

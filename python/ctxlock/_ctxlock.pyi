@@ -360,7 +360,8 @@ class LockManager:
 
     Raises:
         TypeError: ``url`` is not a str.
-        ValueError: ``url`` has another scheme, or a ``file:`` url has no absolute path.
+        ValueError: ``url`` has another scheme or no UTF-8 (a lone surrogate), or a
+            ``file:`` url has no absolute path.
         BackendError: the scope cannot be reached (or is not available in this build): a
             directory that cannot be made or used, a damaged ``ctxlock.table``, ...
     """
@@ -377,14 +378,16 @@ class LockManager:
 
         Raises:
             TypeError: ``name`` is not a str.
-            ValueError: ``name`` is empty or longer than 1024 UTF-8 bytes.
+            ValueError: ``name`` is empty, longer than 1024 UTF-8 bytes, or has no UTF-8
+                (a lone surrogate).
         """
     def sharable_lock(self, name: str) -> NamedSharableLock:
         """The shared/exclusive lock of ``name``: ``.shared`` and ``.exclusive``, phase-fair.
 
         Raises:
             TypeError: ``name`` is not a str.
-            ValueError: ``name`` is empty or longer than 1024 UTF-8 bytes.
+            ValueError: ``name`` is empty, longer than 1024 UTF-8 bytes, or has no UTF-8
+                (a lone surrogate).
         """
     def query(self, prefix: str = "") -> list[LockInfo]:
         """Every hold and every waiter whose name starts with ``prefix``, of every client of

@@ -97,6 +97,18 @@ pub(crate) fn a_str<'a, 'py>(
         .map_err(|_| wrong_type(obj, what))
 }
 
+/// The UTF-8 of `s`, or a `ValueError` naming `what` ("lock name") whose cause is
+/// Python's `UnicodeEncodeError` (a lone surrogate has no UTF-8).
+pub(crate) fn utf8<'a>(s: &'a Bound<'_, pyo3::types::PyString>, what: &str) -> PyResult<&'a str> {
+    s.to_str().map_err(|e| {
+        let err = PyValueError::new_err(format!(
+            "{what} must be encodable as UTF-8 (no lone surrogates)"
+        ));
+        err.set_cause(s.py(), Some(e));
+        err
+    })
+}
+
 /// A `TypeError` saying `what` ("fair must be a bool") and what `obj` was instead.
 pub(crate) fn wrong_type(obj: &Bound<'_, PyAny>, what: &str) -> PyErr {
     let type_name = obj
@@ -117,7 +129,5 @@ pub(crate) fn fair(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
 
 /// `LockManager.query(prefix=...)`: a str.
 pub(crate) fn prefix(obj: &Bound<'_, PyAny>) -> PyResult<String> {
-    Ok(a_str(obj, "query prefix must be a str")?
-        .to_str()?
-        .to_owned())
+    Ok(utf8(a_str(obj, "query prefix must be a str")?, "query prefix")?.to_owned())
 }

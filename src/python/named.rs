@@ -17,7 +17,7 @@ use crate::core::scopes::{connect, ConnectError};
 use crate::core::stats::Statistics;
 use crate::core::waiter::Mode;
 
-use super::args::a_str;
+use super::args::{a_str, utf8};
 use super::errors::{backend_reason, BackendError};
 use super::kind::{Held, Kind, Lost};
 use super::lock::lock_methods;
@@ -40,7 +40,8 @@ use super::unlock::PyUnlock;
 ///
 /// Raises:
 ///     TypeError: ``url`` is not a str.
-///     ValueError: ``url`` has another scheme, or a ``file:`` url has no absolute path.
+///     ValueError: ``url`` has another scheme or no UTF-8 (a lone surrogate), or a
+///         ``file:`` url has no absolute path.
 ///     BackendError: the scope cannot be reached (or is not available in this build): a
 ///         directory that cannot be made or used, a damaged ``ctxlock.table``, ...
 #[pyclass(name = "LockManager", module = "ctxlock", frozen, weakref)]
@@ -56,7 +57,7 @@ pub(crate) struct PyLockManager {
 /// A lock name from Python: a non-empty str of at most 1024 UTF-8 bytes.
 fn name_of<'py>(name: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
     let s = a_str(name, "lock name must be a str")?;
-    check_name(s.to_str()?).map_err(PyValueError::new_err)?;
+    check_name(utf8(s, "lock name")?).map_err(PyValueError::new_err)?;
     Ok(s.clone())
 }
 
@@ -74,9 +75,11 @@ impl PyLockManager {
     fn new(py: Python<'_>, url: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
         let given = match url {
             None => "memory:".to_owned(),
-            Some(u) => a_str(u, "LockManager url must be a str or None")?
-                .to_str()?
-                .to_owned(),
+            Some(u) => utf8(
+                a_str(u, "LockManager url must be a str or None")?,
+                "LockManager url",
+            )?
+            .to_owned(),
         };
         // A server scope connects here: the GIL is not held meanwhile.
         let (session, url) = py.detach(|| connect(&given)).map_err(|e| match e {
@@ -107,7 +110,8 @@ impl PyLockManager {
     ///
     /// Raises:
     ///     TypeError: ``name`` is not a str.
-    ///     ValueError: ``name`` is empty or longer than 1024 UTF-8 bytes.
+    ///     ValueError: ``name`` is empty, longer than 1024 UTF-8 bytes, or has no UTF-8
+    ///         (a lone surrogate).
     fn lock<'py>(
         slf: &Bound<'py, Self>,
         name: &Bound<'py, PyAny>,
@@ -120,7 +124,8 @@ impl PyLockManager {
     ///
     /// Raises:
     ///     TypeError: ``name`` is not a str.
-    ///     ValueError: ``name`` is empty or longer than 1024 UTF-8 bytes.
+    ///     ValueError: ``name`` is empty, longer than 1024 UTF-8 bytes, or has no UTF-8
+    ///         (a lone surrogate).
     fn sharable_lock(
         slf: &Bound<'_, Self>,
         name: &Bound<'_, PyAny>,
