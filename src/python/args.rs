@@ -30,14 +30,10 @@ pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<
         if !e.is_instance_of::<PyTypeError>(py) {
             return Err(e);
         }
-        let ty = value
-            .get_type()
-            .name()
-            .map(|n| n.to_string())
-            .unwrap_or_else(|_| "?".into());
-        let err = PyTypeError::new_err(format!(
-            "{name} must be a number of seconds or None, not {ty}"
-        ));
+        let err = wrong_type(
+            value,
+            &format!("{name} must be a number of seconds or None"),
+        );
         err.set_cause(py, Some(e));
         Err(err)
     })?;

@@ -3,7 +3,6 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
@@ -296,13 +295,9 @@ pub(crate) fn token<'a, 'py>(
     match value {
         None => Ok(None),
         Some(v) if v.is_none() => Ok(None),
-        Some(v) => v.cast::<PyCancelToken>().map(Some).map_err(|_| {
-            let ty = v
-                .get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_else(|_| "?".into());
-            PyTypeError::new_err(format!("cancel must be a CancelToken or None, not {ty}"))
-        }),
+        Some(v) => v
+            .cast::<PyCancelToken>()
+            .map(Some)
+            .map_err(|_| super::args::wrong_type(v, "cancel must be a CancelToken or None")),
     }
 }
