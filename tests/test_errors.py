@@ -376,7 +376,7 @@ def test_query_prefix_must_be_a_str(value):
         unlock()
 
 
-def test_on_cancel_names_fn_and_registers_nothing():
+def test_on_cancel_names_fn_and_the_token_still_works():
     token = CancelToken()
     with pytest.raises(TypeError, match=r"^on_cancel\(\) fn must be callable, not int$"):
         token.on_cancel(1)  # type: ignore[arg-type]

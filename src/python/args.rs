@@ -1,4 +1,5 @@
-//! Argument parsing shared by every acquire: errors name the parameter.
+//! Argument conversion for the binding's methods (`deadline=`, `fair=`, names, urls,
+//! prefixes; `cancel=` is `cancel::token`): each error names the parameter and what it got.
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
