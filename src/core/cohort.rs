@@ -98,6 +98,11 @@ pub(crate) trait Gatekeeper: Send + Sync + Sized + 'static {
     fn dropped(&self);
     /// Why this client's gates cannot be entered, if they cannot.
     fn failure(&self) -> Option<Failure>;
+    /// A hold that entered `key`'s gate was recorded with `fence`. A scope whose wider
+    /// hold may be lost between the entry and the record ends the hold here if it was.
+    fn recorded(&self, key: &Key, fence: u64) {
+        let _ = (key, fence);
+    }
 }
 
 /// The tickets of a gate this manager's agent (or a thread of its own) granted.
@@ -179,9 +184,10 @@ impl<K: Gatekeeper> Cohort<K> {
     /// Take up a hold just taken (locally and at the gate): record it, or give it back.
     fn take_up(&self, key: &Key, mode: Mode, scoped: bool, who: Who) -> Result<u64, Failure> {
         let r = self.local().record(key, mode, scoped, who);
-        if r.is_err() {
+        match &r {
+            Ok(fence) => self.keeper.recorded(key, *fence),
             // The record gave the local hold back already.
-            self.keeper.leave(key);
+            Err(_) => self.keeper.leave(key),
         }
         r
     }

@@ -928,18 +928,19 @@ impl Session for MemoryClient {
 }
 
 impl MemoryClient {
-    /// End this client's recorded holds of `key`: each `lost` token is cancelled with
-    /// `reason` and the name goes to the next local waiter. For a wider scope whose own
-    /// hold of the name ended without a release (a lost database session). Returns how
-    /// many ended.
-    pub(crate) fn end_holds(&self, key: &Key, reason: &Reason) -> usize {
+    /// End this client's recorded holds of `key` with a fence up to `through`: each
+    /// `lost` token is cancelled with `reason` and the name goes to the next local
+    /// waiter. For a wider scope whose own hold of the name ended without a release (a
+    /// lost database session): its fences grow from one server hold to the next, so the
+    /// holds of a later one are left alone. Returns how many ended.
+    pub(crate) fn end_holds(&self, key: &Key, reason: &Reason, through: u64) -> usize {
         let mut releases = Vec::new();
         {
             let mut table = locked(self.scope.shard(key.hash()));
             if let Some(e) = table.entries.find_mut(key.hash(), same(key)) {
                 let mut i = 0;
                 while i < e.holds.len() {
-                    if e.holds[i].client == self.id {
+                    if e.holds[i].client == self.id && e.holds[i].fence <= through {
                         let h = e.holds.swap_remove(i);
                         releases.push((e.slot.clone(), h.mode, h.lost));
                     } else {

@@ -28,8 +28,11 @@
 //! - **Cohort**: the hold is passed on among the manager's threads and tasks without a
 //!   round trip for up to `MAX_HANDOFFS` hand-offs and `MAX_KEEP` from the server's
 //!   grant (a batch); then one round trip asks whether another client waits for the name
-//!   (`pg_locks`): if so it goes back to the server, where the others are queued ahead of
-//!   this manager's next request; if not, a new batch starts.
+//!   (`pg_locks`) and whether the session holding it still does: if another waits it goes
+//!   back to the server, where the others are queued ahead of this manager's next
+//!   request; if the session lost it (a waiting session that ended: the round trip runs
+//!   on the main session, which may live on), the hold is lost (`hold_gone`); else a new
+//!   batch starts.
 //! - **Fences** come from the sequence `ctxlock_fence` in the grant's round trip:
 //!   `fence = value << FENCE_SHIFT | n` for the n-th local grant of that server grant.
 //! - **Lost holds**: a watchdog pings every session that holds a name every
@@ -159,6 +162,11 @@ enum On {
 ///   thread runs a server wait for them (at most one per gate); `wait` is its session
 ///   while the wait's statement runs, and only then (set and cleared under the gates'
 ///   mutex, before and after the statement).
+/// - `stale` counts the local holds that entered a server hold of the gate since lost
+///   (`lost_hold`) and have not gone yet. Each departure (a `leave`, or an end by `lose`)
+///   counts off `stale` first, then `users` (`depart`): a departure cannot tell which
+///   hold it was, and this way `users` is never below the holds that entered the current
+///   server hold (at worst above it, which only keeps that hold a while longer).
 struct Gate {
     name: Arc<str>,
     hash: u64,
@@ -177,6 +185,7 @@ struct Gate {
     statement: bool,
     /// A thread ends that wait for `grant_all` (`end_wait`): one at most.
     ending: bool,
+    stale: u32,
 }
 
 /// The session of a wait whose statement runs, as `cancel_wait` reaches it, and the
@@ -192,7 +201,35 @@ struct Waiting {
 
 impl Gate {
     fn idle(&self) -> bool {
-        self.users == 0 && self.held.is_none() && self.tickets.is_empty() && !self.waiting
+        self.users == 0
+            && self.stale == 0
+            && self.held.is_none()
+            && self.tickets.is_empty()
+            && !self.waiting
+    }
+
+    /// Its server hold was lost (its session is gone, `on` taken by the caller): the
+    /// holds that entered it are stale now, and end by `lose` if not by their own leave.
+    /// Returns the key and the last fence that hold can give (`Fences::last`): `lose`
+    /// ends this manager's holds of the name up to it, not those of a later server hold.
+    fn lost_hold(&mut self, fences: &Fences) -> (Key, u64) {
+        self.held = None;
+        self.stale += self.users;
+        self.users = 0;
+        fences.lose(self.hash);
+        (
+            Key::with_hash(self.name.clone(), self.hash),
+            fences.last(self.hash),
+        )
+    }
+
+    /// One local hold that entered the gate went (see `stale`).
+    fn depart(&mut self) {
+        if self.stale > 0 {
+            self.stale -= 1;
+        } else {
+            self.users = self.users.saturating_sub(1);
+        }
     }
 }
 
@@ -217,24 +254,50 @@ struct Gates {
 /// backend id), the records' bytes and whether they are complete.
 type Answers = HashMap<i32, (Vec<u8>, bool)>;
 
-/// Per name, the fence of the current server grant and the local grants drawn from it;
-/// its own mutex (a leaf: taken under a shard's mutex by the local scope's fence source,
-/// and under the gates' by a grant).
+/// Per name, the fence of the current server grant, the local grants drawn from it, and
+/// whether that grant was lost; its own mutex (a leaf: taken under a shard's mutex by the
+/// local scope's fence source, and under the gates' by a grant).
 #[derive(Default)]
-struct Fences(Mutex<HashMap<u64, (u64, u64)>>);
+struct Fences(Mutex<HashMap<u64, (u64, u64, bool)>>);
 
 impl Fences {
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, (u64, u64)>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, (u64, u64, bool)>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn start(&self, hash: u64, value: i64) {
-        self.lock().insert(hash, (value.max(0) as u64, 0));
+        self.lock().insert(hash, (value.max(0) as u64, 0, false));
+    }
+
+    /// The current server grant of `hash` was lost (`Gate::lost_hold`).
+    fn lose(&self, hash: u64) {
+        if let Some(e) = self.lock().get_mut(&hash) {
+            e.2 = true;
+        }
+    }
+
+    /// If `fence` is of a server grant that was lost, and no later grant of `hash`
+    /// started: the last fence that grant can give (see `last`).
+    fn lost_through(&self, hash: u64, fence: u64) -> Option<u64> {
+        let map = self.lock();
+        let &(base, _, lost) = map.get(&hash)?;
+        (lost && fence >> FENCE_SHIFT == base)
+            .then_some(base << FENCE_SHIFT | ((1 << FENCE_SHIFT) - 1))
+    }
+
+    /// The last fence the current server grant of `hash` can give: its holds' fences
+    /// are at most this, and every later grant's are above it (the sequence grows).
+    /// A holder that entered a hold records its fence a little later (a woken ticket,
+    /// after its wake-up), so this is the grant's last possible fence, not its last given.
+    fn last(&self, hash: u64) -> u64 {
+        self.lock().get(&hash).map_or(0, |&(base, _, _)| {
+            base << FENCE_SHIFT | ((1 << FENCE_SHIFT) - 1)
+        })
     }
 
     fn next(&self, hash: u64) -> u64 {
         let mut map = self.lock();
-        let (base, n) = map.entry(hash).or_insert((0, 0));
+        let (base, n, _) = map.entry(hash).or_insert((0, 0, false));
         // At most ~2^20 local grants of one server grant: far more than a batch.
         *n = (*n + 1).min((1 << FENCE_SHIFT) - 1);
         *base << FENCE_SHIFT | *n
@@ -392,10 +455,20 @@ impl Keeper {
                        THEN nextval('ctxlock_fence') ELSE -1 END")?;
         let unlock_x = p("SELECT pg_advisory_unlock($1)")?;
         let unlock_s = p("SELECT pg_advisory_unlock_shared($1)")?;
+        // Whether another client waits for the key, and whether the session holding it
+        // for this manager (pid $4, started $5, see `Conn::started`) still does: a
+        // waiting session that ended lost its hold, and nobody may be handed it again
+        // (another client may hold the name by now, with a later fence).
         let others = p(&format!(
             "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
              AND database = {db} AND classid = $1::int8::oid AND objid = $2::int8::oid \
-             AND objsubid = 1 AND NOT granted AND pid <> ALL($3)), nextval('ctxlock_fence')"
+             AND objsubid = 1 AND NOT granted AND pid <> ALL($3)), \
+             EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
+             AND database = {db} AND classid = $1::int8::oid AND objid = $2::int8::oid \
+             AND objsubid = 1 AND granted AND pid = $4) \
+             AND ($5::int8 = 0 OR EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $4 \
+             AND (backend_start IS NULL OR {STARTED} = $5::int8))), \
+             nextval('ctxlock_fence')"
         ))?;
         let name = p("INSERT INTO ctxlock_names (key, name) VALUES ($1, $2) \
                       ON CONFLICT DO NOTHING")?;
@@ -451,7 +524,7 @@ impl Keeper {
 
     /// The main session failed: every hold on it is lost. Returns the names whose local
     /// holds must end (out of the mutex, `lose`).
-    fn main_failed(&self, gates: &mut Gates) -> Vec<Key> {
+    fn main_failed(&self, gates: &mut Gates) -> Vec<(Key, u64)> {
         let mut lost = Vec::new();
         if let Some(m) = gates.main.take() {
             gates.pids.retain(|&p| p != m.conn.pid);
@@ -461,9 +534,7 @@ impl Keeper {
         for g in gates.map.iter_mut() {
             if matches!(g.on, Some(On::Main)) {
                 g.on = None;
-                g.held = None;
-                g.users = 0;
-                lost.push(Key::with_hash(g.name.clone(), g.hash));
+                lost.push(g.lost_hold(&self.fences));
             }
         }
         // The manager is not down for that: the next statement connects again (only a
@@ -471,9 +542,10 @@ impl Keeper {
         lost
     }
 
-    /// End the local holds of names whose server hold was lost, then let their local
+    /// End the local holds of names whose server hold was lost (those with a fence up to
+    /// the one given with the name: the holds of that server hold), then let their local
     /// waiters try again.
-    fn lose(&self, keys: Vec<Key>, why: &Failure) {
+    fn lose(&self, keys: Vec<(Key, u64)>, why: &Failure) {
         // Cancelling `lost` tokens runs their callbacks (the embedding's too): not once
         // the embedding finalizes (see `wake`).
         let stopped = self.wakes.read().unwrap_or_else(|e| e.into_inner());
@@ -481,14 +553,23 @@ impl Keeper {
             return;
         }
         let reason: super::cancel::Reason = Arc::new(why.clone());
-        for key in &keys {
-            self.local.end_holds(key, &reason);
-        }
+        let ended: Vec<usize> = keys
+            .iter()
+            .map(|(key, through)| self.local.end_holds(key, &reason, *through))
+            .collect();
         // (`settle_key` reads `wakes` again: a second read under a waiting writer
         // would deadlock.)
         drop(stopped);
-        for key in &keys {
-            self.settle_key(key);
+        for ((key, _), n) in keys.iter().zip(ended) {
+            let mut wake = Vec::new();
+            self.with_gate(key, |k, gates, hash| {
+                let g = gate(gates, hash, key.name());
+                for _ in 0..n {
+                    g.depart();
+                }
+                k.settle(gates, hash, key.name(), &mut wake)
+            });
+            self.wake(wake);
         }
     }
 
@@ -516,6 +597,7 @@ impl Keeper {
                     wait: None,
                     statement: false,
                     ending: false,
+                    stale: 0,
                 },
                 |g| g.hash,
             );
@@ -624,25 +706,36 @@ impl Keeper {
     }
 
     /// Whether a gate's hold may go on to another local holder: within its batch, or
-    /// after one round trip found no other client waiting (a new batch then starts, with
-    /// a new fence base).
+    /// after one round trip found no other client waiting and the hold still on its
+    /// session (a new batch then starts, with a new fence base). A hold found gone is
+    /// lost: its local holds end (out of the mutex, `defer_loss`).
     fn may_keep(&self, gates: &mut Gates, hash: u64, name: &str) -> bool {
         let g = gate(gates, hash, name);
         if g.handoffs < MAX_HANDOFFS && g.batch.elapsed() < MAX_KEEP {
             return true;
         }
         let (hi, lo) = key_parts(g.key);
+        let own = match &g.on {
+            Some(On::Own(conn)) => Some((conn.pid, conn.started)),
+            _ => None,
+        };
         let pids = gates.pids.clone();
         let Some(main) = gates.main.as_mut() else {
             return false;
         };
-        match main.conn.client.query_one(&main.others, &[&hi, &lo, &pids]) {
+        let (pid, started) = own.unwrap_or((main.conn.pid, main.conn.started));
+        let params: [&(dyn postgres::types::ToSql + Sync); 5] = [&hi, &lo, &pids, &pid, &started];
+        match main.conn.client.query_one(&main.others, &params) {
             Ok(row) => {
-                let others: bool = row.get(0);
+                let (others, kept): (bool, bool) = (row.get(0), row.get(1));
+                if !kept {
+                    self.hold_gone(gates, hash, name);
+                    return false;
+                }
                 if others {
                     return false;
                 }
-                self.fences.start(hash, row.get(1));
+                self.fences.start(hash, row.get(2));
                 let g = gate(gates, hash, name);
                 g.handoffs = 0;
                 g.batch = Instant::now();
@@ -655,6 +748,24 @@ impl Keeper {
                 false
             }
         }
+    }
+
+    /// The session holding a gate's hold no longer holds it (it ended: terminated, or
+    /// its connection lost, and the watchdog has not pinged it yet): the hold is lost, as
+    /// `ping` would find it.
+    fn hold_gone(&self, gates: &mut Gates, hash: u64, name: &str) {
+        let g = gate(gates, hash, name);
+        let lost = g.lost_hold(&self.fences);
+        if let Some(On::Own(conn)) = g.on.take() {
+            gates.pids.retain(|&p| p != conn.pid);
+            discard(vec![*conn]);
+        }
+        let f = Failure(format!(
+            "the session holding the lock was lost on {}: the server no longer holds it \
+             for this manager",
+            self.target.display()
+        ));
+        self.defer_loss(vec![lost], f);
     }
 
     /// Give a gate's server hold back.
@@ -704,7 +815,7 @@ impl Keeper {
 
     /// Loss found under the gates' mutex: its local holds end on another thread, since
     /// ending them takes the local scope's mutexes and may wake waiters.
-    fn defer_loss(&self, keys: Vec<Key>, f: Failure) {
+    fn defer_loss(&self, keys: Vec<(Key, u64)>, f: Failure) {
         if keys.is_empty() {
             return;
         }
@@ -1196,9 +1307,7 @@ impl Keeper {
                         if let Some(On::Own(conn)) = g.on.take() {
                             gone.push(*conn);
                         }
-                        g.held = None;
-                        g.users = 0;
-                        lost.push(Key::with_hash(g.name.clone(), g.hash));
+                        lost.push(g.lost_hold(&self.fences));
                     }
                 }
             }
@@ -1566,8 +1675,7 @@ impl Gatekeeper for Keeper {
         let mut wake = Vec::new();
         self.with_gate(key, |k, gates, hash| {
             let g = gate(gates, hash, key.name());
-            // A hold whose server hold was lost meanwhile finds `users` reset.
-            g.users = g.users.saturating_sub(1);
+            g.depart();
             k.settle(gates, hash, key.name(), &mut wake);
         });
         self.wake(wake);
@@ -1654,6 +1762,21 @@ impl Gatekeeper for Keeper {
 
     fn dropped(&self) {
         self.stop_helpers();
+    }
+
+    /// A holder that entered a server hold records its fence after the entry (a woken
+    /// ticket: after its wake-up), which may be after `lose` ended the holds of that
+    /// hold, lost meanwhile: its own hold ends here, as `lose` would have ended it. Once
+    /// a later server grant of the name started, the fence no longer tells, and such a
+    /// hold ends only by its release (its fence is below the later grants' all the same).
+    fn recorded(&self, key: &Key, fence: u64) {
+        if let Some(through) = self.fences.lost_through(key.hash(), fence) {
+            let why = Failure(format!(
+                "the session holding the lock was lost on {}",
+                self.target.display()
+            ));
+            self.lose(vec![(key.clone(), through)], &why);
+        }
     }
 
     fn failure(&self) -> Option<Failure> {
