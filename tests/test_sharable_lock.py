@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
-from conftest import PATIENCE, STRESS_SECONDS
+from conftest import PATIENCE, STRESS_SECONDS, wait_until
 from ctxlock import (
     Cancelled,
     CancelToken,
@@ -553,6 +553,51 @@ def test_writer_token_deadline_lets_blocked_readers_in(errors: Errors) -> None:
         assert writer_done.wait(PATIENCE)
         assert r1_in.wait(PATIENCE)
     assert len(outcome) == 1
+
+
+def test_readers_a_writer_gave_up_on_follow_a_writer_queued_after_them(errors: Errors) -> None:
+    # R0 holds; W1 waits; R1 queues behind it; W2 queues after R1. W1 gives up: a waiting
+    # writer (W2) still holds new readers back, so R1 stays queued, and when R0 leaves, W2
+    # goes first and R1 right after it (the documented rule, as Go's count of waiting
+    # writers has it).
+    rw = SharableLock()
+    r0 = rw.shared.acquire()
+    order: list[str] = []
+    w2_release = threading.Event()
+
+    def w1() -> None:
+        with pytest.raises(LockTimeout):
+            rw.exclusive.acquire(deadline=SETTLE * 5)
+        order.append("w1 gave up")
+
+    def r1() -> None:
+        with rw.shared.acquire(deadline=PATIENCE * 2):
+            order.append("r1")
+
+    def w2() -> None:
+        with rw.exclusive.acquire(deadline=PATIENCE * 2):
+            order.append("w2")
+            assert w2_release.wait(PATIENCE)
+
+    threads = [start(errors.run(w1))]
+    assert wait_until(lambda: rw.statistics().waiting == 1)
+    threads.append(start(errors.run(r1)))
+    assert wait_until(lambda: rw.statistics().waiting == 2)
+    threads.append(start(errors.run(w2)))
+    assert wait_until(lambda: rw.statistics().waiting == 3)
+    assert wait_until(lambda: order == ["w1 gave up"]), order
+    time.sleep(SETTLE)
+    assert order == ["w1 gave up"], "R1 got in while W2 waits"
+    stats = rw.statistics()
+    assert (stats.holders, stats.waiting) == (1, 2), stats
+    r0()
+    assert wait_until(lambda: order == ["w1 gave up", "w2"]), order
+    time.sleep(SETTLE)
+    assert order == ["w1 gave up", "w2"], order
+    w2_release.set()
+    assert wait_until(lambda: order == ["w1 gave up", "w2", "r1"]), order
+    join_all(*threads)
+    assert_free(rw)
 
 
 # --- races -----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@
 //! the slot to, writes the new state with one CAS, and only then marks the grantees
 //! `GRANTED`. A waiter that gives up calls [`Slot::abandon`], which settles too, so a
 //! timed-out writer lets the readers it held back in at once (unless another writer
-//! still waits ahead of them), and a cancelled head
+//! still waits, before or after them: they then follow it), and a cancelled head
 //! waiter never strands the ones behind it (the bug x/sync's semaphore fixed in 2020).
 //!
 //! Grant policy (hand-off vs barging):
