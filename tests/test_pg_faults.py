@@ -43,6 +43,7 @@ import signal
 import socket
 import statistics
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -560,6 +561,124 @@ def test_a_hold_passed_on_by_a_waiting_session_is_not_passed_on_after_that_sessi
     assert again.fence > theirs.fence
     again()
     no_advisory_within(admin, f"{tag}-%")
+
+
+#: A TCP proxy of 127.0.0.1 to the port in argv[1], in a process of its own (a manager's
+#: round trip on the calling thread holds the GIL, which a proxy in the test's own process
+#: needs to pass it on): prints its port; after SIGUSR1 it accepts new connections and
+#: never answers them (a server, or a pooler in front of one, that hangs).
+_SILENT_PROXY = """
+import signal, socket, sys, threading
+upstream = int(sys.argv[1])
+listener = socket.create_server(("127.0.0.1", 0))
+silent = threading.Event()
+signal.signal(signal.SIGUSR1, lambda *_: silent.set())
+kept = []
+def pump(src, dst):
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+        dst.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+print(listener.getsockname()[1], flush=True)
+while True:
+    conn, _ = listener.accept()
+    kept.append(conn)
+    if silent.is_set():
+        continue
+    up = socket.create_connection(("127.0.0.1", upstream))
+    kept.append(up)
+    for a, b in ((conn, up), (up, conn)):
+        threading.Thread(target=pump, args=(a, b), daemon=True).start()
+"""
+
+
+def test_a_reconnect_to_a_server_that_never_answers_keeps_deadlines_tokens_and_the_loop(
+    server: pg_server.PgServer, admin: Admin, tag: str
+) -> None:
+    # The manager's sessions end, and the server (through a proxy) now accepts connections
+    # and never answers: an acquire may not wait for the connection (5 s here) past its
+    # deadline or its token, and a task's acquire may not hold its event loop meanwhile.
+    proxy = subprocess.Popen(
+        [sys.executable, "-c", _SILENT_PROXY, str(server.port)], stdout=subprocess.PIPE, text=True
+    )
+    mgr = None
+    try:
+        assert proxy.stdout is not None
+        port = int(proxy.stdout.readline())
+        url = app_url(server, f"{tag}-mgr").replace(f":{server.port}/", f":{port}/")
+        assert f":{port}/" in url, url
+        mgr = LockManager(url)
+        mgr.lock("p").acquire(deadline=PATIENCE)()
+        proxy.send_signal(signal.SIGUSR1)
+        with admin.cursor() as cur:
+            for pid, _ in sessions(admin, f"{tag}-mgr"):
+                cur.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        assert wait_until(lambda: sessions(admin, f"{tag}-mgr") == [], PATIENCE)
+
+        def timed(**kwargs: Any) -> tuple[float, BaseException | None]:
+            start = time.monotonic()
+            try:
+                mgr.lock("p").acquire(**kwargs)()
+            except (LockTimeout, Cancelled, BackendError) as exc:
+                return time.monotonic() - start, exc
+            return time.monotonic() - start, None
+
+        took, outcome = timed(deadline=0.5)
+        figure(
+            "a reconnect that is never answered -> acquire(deadline=0.5)",
+            f"{outcome!r} in {took:.3f} s",
+        )
+        assert isinstance(outcome, (LockTimeout, BackendError)), outcome
+        assert took < 0.5 + 1.5, took
+
+        token = CancelToken()
+        threading.Timer(0.3, token.cancel, args=("stop",)).start()
+        took, outcome = timed(cancel=token, deadline=PATIENCE * 2)
+        figure("... acquire(token cancelled at 0.3 s)", f"{outcome!r} in {took:.3f} s")
+        assert isinstance(outcome, (Cancelled, BackendError)), outcome
+        assert took < 0.3 + 1.5, took
+
+        async def on_a_loop() -> tuple[float, float, BaseException | None]:
+            stalls = [0.0]
+            stop = False
+
+            async def ticker() -> None:
+                last = time.monotonic()
+                while not stop:
+                    await asyncio.sleep(0.01)
+                    now = time.monotonic()
+                    stalls[0] = max(stalls[0], now - last)
+                    last = now
+
+            tick = asyncio.create_task(ticker())
+            await asyncio.sleep(0.05)
+            start = time.monotonic()
+            outcome: BaseException | None = None
+            try:
+                (await mgr.lock("p").acquire_async(deadline=0.5))()
+            except (LockTimeout, BackendError) as exc:
+                outcome = exc
+            took = time.monotonic() - start
+            stop = True
+            await tick
+            return took, stalls[0], outcome
+
+        took, stall, outcome = asyncio.run(on_a_loop())
+        figure(
+            "... acquire_async(deadline=0.5)",
+            f"{outcome!r} in {took:.3f} s, loop stalled {stall:.3f} s at most",
+        )
+        assert outcome is not None and took < 0.5 + 1.5, (outcome, took)
+        assert stall < 1.0, stall
+    finally:
+        if mgr is not None:
+            mgr.close()
+        proxy.kill()
+        proxy.wait(PATIENCE)
+        if proxy.stdout is not None:
+            proxy.stdout.close()
 
 
 def test_a_stalled_session_loses_its_hold_without_stalling_the_rest_of_the_manager(

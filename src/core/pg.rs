@@ -38,7 +38,8 @@
 //! - **Lost holds**: a watchdog pings every session that holds a name every
 //!   `PING_EVERY`; a session found dead (terminated, server gone, network lost; TCP
 //!   keepalives bound the silent case) ends the local holds of its names, each `lost`
-//!   token cancelled with a `BackendError`. The next acquire connects again.
+//!   token cancelled with a `BackendError`. The next acquire has a thread connect the
+//!   main session again (`main_for_try`), and meanwhile waits on a session of its own.
 //! - **Introspection** (`query()`, `statistics()`) asks every other manager: each listens
 //!   on a session of its own (`LISTEN ctxlock_ask_<its backend id>`) and answers with its
 //!   records (the file scope's codec, hex, in notifications). Sessions that do not answer
@@ -246,6 +247,8 @@ struct Gates {
     /// Why the last connection failed, and when: acquires fail at once until
     /// `RETRY_AFTER` later.
     down: Option<(Failure, Instant)>,
+    /// A thread connects the main session again (`start_reconnect`).
+    connecting: bool,
     /// Set once by `shutdown`: no gate is entered again.
     closed: bool,
 }
@@ -498,8 +501,56 @@ impl Keeper {
         })
     }
 
+    /// The main session for an acquire's try: `None` while there is none. Then a thread
+    /// connects it again (unless the manager is `down` for a while): a try does not wait
+    /// for a connection, which a server that accepts and never answers would hold for
+    /// `connect_timeout`, past the acquire's deadline and token, and, on an event loop's
+    /// thread, the loop with it (with the gates' mutex, every other acquire of the
+    /// manager too). Until it is back, acquires wait on sessions of their own (`serve`),
+    /// within their deadlines.
+    fn main_for_try<'a>(&self, gates: &'a mut Gates) -> Option<&'a mut Main> {
+        if gates.main.is_none() {
+            let down = matches!(&gates.down, Some((_, at)) if at.elapsed() < RETRY_AFTER);
+            if !down && !gates.connecting && !gates.closed {
+                if let Some(me) = self.me() {
+                    gates.connecting = true;
+                    let spawned = std::thread::Builder::new()
+                        .name("ctxlock-pg-connect".to_owned())
+                        .spawn(move || me.reconnect());
+                    if spawned.is_err() {
+                        gates.connecting = false;
+                    }
+                }
+            }
+        }
+        gates.main.as_mut()
+    }
+
+    /// The thread of `main_for_try`.
+    fn reconnect(&self) {
+        let made = self.open().and_then(|c| self.prepare(c));
+        let mut gates = self.gates();
+        gates.connecting = false;
+        let extra = match made {
+            Ok(m) if gates.main.is_none() && !gates.closed => {
+                gates.pids.push(m.conn.pid);
+                gates.main = Some(m);
+                gates.down = None;
+                None
+            }
+            Ok(m) => Some(m.conn),
+            Err(f) => {
+                gates.down = Some((f, Instant::now()));
+                None
+            }
+        };
+        drop(gates);
+        discard(extra.into_iter().collect());
+    }
+
     /// The main session, connected now if it was not; `None` if it cannot be (the
-    /// manager is `down` for a while).
+    /// manager is `down` for a while). For `query()`, which has no deadline; an acquire
+    /// uses `main_for_try`.
     fn main<'a>(&self, gates: &'a mut Gates) -> Option<&'a mut Main> {
         if gates.main.is_none() {
             if let Some((_, at)) = &gates.down {
@@ -684,7 +735,7 @@ impl Keeper {
         name: &str,
         mode: Mode,
     ) -> Result<Option<i64>, postgres::Error> {
-        if self.main(gates).is_none() {
+        if self.main_for_try(gates).is_none() {
             return Ok(None);
         }
         if !gates.named.contains(&key) {
@@ -1814,6 +1865,7 @@ impl Gates {
             pids: Vec::new(),
             named: Default::default(),
             down: None,
+            connecting: false,
             closed: false,
         }
     }
