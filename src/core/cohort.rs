@@ -99,9 +99,11 @@ pub(crate) trait Gatekeeper: Send + Sync + Sized + 'static {
     /// Why this client's gates cannot be entered, if they cannot.
     fn failure(&self) -> Option<Failure>;
     /// A hold that entered `key`'s gate was recorded with `fence`. A scope whose wider
-    /// hold may be lost between the entry and the record ends the hold here if it was.
-    fn recorded(&self, key: &Key, fence: u64) {
+    /// hold may be lost between the entry and the record ends the hold here if it was,
+    /// and says why (the acquire then fails, as a record that failed does).
+    fn recorded(&self, key: &Key, fence: u64) -> Option<Failure> {
         let _ = (key, fence);
+        None
     }
 }
 
@@ -183,13 +185,15 @@ impl<K: Gatekeeper> Cohort<K> {
 
     /// Take up a hold just taken (locally and at the gate): record it, or give it back.
     fn take_up(&self, key: &Key, mode: Mode, scoped: bool, who: Who) -> Result<u64, Failure> {
-        let r = self.local().record(key, mode, scoped, who);
-        match &r {
-            Ok(fence) => self.keeper.recorded(key, *fence),
-            // The record gave the local hold back already.
-            Err(_) => self.keeper.leave(key),
+        match self.local().record(key, mode, scoped, who) {
+            // Ended already (its departure from the gate counted).
+            Ok(fence) => self.keeper.recorded(key, fence).map_or(Ok(fence), Err),
+            Err(f) => {
+                // The record gave the local hold back already.
+                self.keeper.leave(key);
+                Err(f)
+            }
         }
-        r
     }
 }
 

@@ -167,7 +167,9 @@ enum On {
 ///   (`lost_hold`) and have not gone yet. Each departure (a `leave`, or an end by `lose`)
 ///   counts off `stale` first, then `users` (`depart`): a departure cannot tell which
 ///   hold it was, and this way `users` is never below the holds that entered the current
-///   server hold (at worst above it, which only keeps that hold a while longer).
+///   server hold (at worst above it, which only keeps that hold a while longer). A
+///   stale holder may record its fence under a later server hold (a woken ticket records
+///   after its wake-up), so a held gate with `stale > 0` is not given back (`settle`).
 struct Gate {
     name: Arc<str>,
     hash: u64,
@@ -529,8 +531,27 @@ impl Keeper {
     /// The thread of `main_for_try`.
     fn reconnect(&self) {
         let made = self.open().and_then(|c| self.prepare(c));
+        self.gates().connecting = false;
+        self.install(made);
+    }
+
+    /// For `query()`, which has no deadline: connect the main session now if there is
+    /// none (and the manager is not down), out of the gates' mutex, which every acquire
+    /// of the manager takes.
+    fn ensure_main(&self) {
+        {
+            let gates = self.gates();
+            let down = matches!(&gates.down, Some((_, at)) if at.elapsed() < RETRY_AFTER);
+            if gates.main.is_some() || down || gates.closed || self.forked() {
+                return;
+            }
+        }
+        self.install(self.open().and_then(|c| self.prepare(c)));
+    }
+
+    /// A main session just made (or why not), unless one came meanwhile.
+    fn install(&self, made: Result<Main, Failure>) {
         let mut gates = self.gates();
-        gates.connecting = false;
         let extra = match made {
             Ok(m) if gates.main.is_none() && !gates.closed => {
                 gates.pids.push(m.conn.pid);
@@ -546,31 +567,6 @@ impl Keeper {
         };
         drop(gates);
         discard(extra.into_iter().collect());
-    }
-
-    /// The main session, connected now if it was not; `None` if it cannot be (the
-    /// manager is `down` for a while). For `query()`, which has no deadline; an acquire
-    /// uses `main_for_try`.
-    fn main<'a>(&self, gates: &'a mut Gates) -> Option<&'a mut Main> {
-        if gates.main.is_none() {
-            if let Some((_, at)) = &gates.down {
-                if at.elapsed() < RETRY_AFTER {
-                    return None;
-                }
-            }
-            match self.open().and_then(|c| self.prepare(c)) {
-                Ok(m) => {
-                    gates.pids.push(m.conn.pid);
-                    gates.main = Some(m);
-                    gates.down = None;
-                }
-                Err(f) => {
-                    gates.down = Some((f, Instant::now()));
-                    return None;
-                }
-            }
-        }
-        gates.main.as_mut()
     }
 
     /// The main session failed: every hold on it is lost. Returns the names whose local
@@ -669,7 +665,8 @@ impl Keeper {
     fn enter(&self, gates: &mut Gates, hash: u64, name: &str, mode: Mode, n: u32) -> bool {
         let g = gate(gates, hash, name);
         match g.held {
-            Some(m) if g.users > 0 => {
+            // (With stale holders, as with users: see `settle`.)
+            Some(m) if g.users > 0 || g.stale > 0 => {
                 // Only readers join readers, and not past a batch while another client
                 // waits (an exclusive request would wait behind a stream of local readers).
                 if m == Mode::Shared && mode == Mode::Shared && self.may_keep(gates, hash, name) {
@@ -891,7 +888,9 @@ impl Keeper {
     /// back; then take it for tickets, or queue a server wait for them.
     fn settle(&self, gates: &mut Gates, hash: u64, name: &str, wake: &mut Vec<Arc<Ticket>>) {
         let g = gate(gates, hash, name);
-        if g.users > 0 {
+        // A stale holder (see `Gate`) may have recorded its fence under the hold kept
+        // now: it is not given back before they all went.
+        if g.users > 0 || (g.held.is_some() && g.stale > 0) {
             return;
         }
         if let Some(m) = g.held {
@@ -1188,6 +1187,12 @@ impl Keeper {
     }
 
     fn wake(&self, tickets: Vec<Arc<Ticket>>) {
+        // Not even a read of `wakes` for nothing: `lose` holds one while the local
+        // hand-offs it makes settle gates (a second read under a waiting writer would
+        // deadlock).
+        if tickets.is_empty() {
+            return;
+        }
         let stopped = self.wakes.read().unwrap_or_else(|e| e.into_inner());
         if !*stopped {
             super::cohort::wake(tickets);
@@ -1394,12 +1399,13 @@ impl Keeper {
     /// Holders and waiters of other clients, from the server.
     /// Each with its session's `application_name`.
     fn remote(&self, prefix: &str) -> Vec<(Info, Option<String>)> {
+        self.ensure_main();
         let mut gates = self.gates();
         if gates.closed || self.forked() {
             return Vec::new();
         }
         let pids = gates.pids.clone();
-        let Some(main) = self.main(&mut gates) else {
+        let Some(main) = gates.main.as_mut() else {
             return Vec::new();
         };
         let sql = "SELECT n.name, l.mode, l.granted, l.pid, a.application_name, \
@@ -1460,12 +1466,13 @@ impl Keeper {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(ask, HashMap::new());
+        self.ensure_main();
         let expected: Vec<(i32, String)> = {
             let mut gates = self.gates();
             if gates.closed || self.forked() {
                 return (Vec::new(), Vec::new());
             }
-            let Some(main) = self.main(&mut gates) else {
+            let Some(main) = gates.main.as_mut() else {
                 return (Vec::new(), Vec::new());
             };
             // One notification per manager found (none without one: nobody to ask).
@@ -1820,14 +1827,14 @@ impl Gatekeeper for Keeper {
     /// hold, lost meanwhile: its own hold ends here, as `lose` would have ended it. Once
     /// a later server grant of the name started, the fence no longer tells, and such a
     /// hold ends only by its release (its fence is below the later grants' all the same).
-    fn recorded(&self, key: &Key, fence: u64) {
-        if let Some(through) = self.fences.lost_through(key.hash(), fence) {
-            let why = Failure(format!(
-                "the session holding the lock was lost on {}",
-                self.target.display()
-            ));
-            self.lose(vec![(key.clone(), through)], &why);
-        }
+    fn recorded(&self, key: &Key, fence: u64) -> Option<Failure> {
+        let through = self.fences.lost_through(key.hash(), fence)?;
+        let why = Failure(format!(
+            "the session holding the lock was lost on {}",
+            self.target.display()
+        ));
+        self.lose(vec![(key.clone(), through)], &why);
+        Some(why)
     }
 
     fn failure(&self) -> Option<Failure> {
