@@ -249,7 +249,7 @@ struct Gates {
     /// Why the last connection failed, and when: acquires fail at once until
     /// `RETRY_AFTER` later.
     down: Option<(Failure, Instant)>,
-    /// A thread connects the main session again (`start_reconnect`).
+    /// A thread connects the main session again (`main_for_try`).
     connecting: bool,
     /// Set once by `shutdown`: no gate is entered again.
     closed: bool,
@@ -258,6 +258,11 @@ struct Gates {
 /// The answers to one ask so far: per answering manager (its listening session's
 /// backend id), the records' bytes and whether they are complete.
 type Answers = HashMap<i32, (Vec<u8>, bool)>;
+
+/// The last fence a server grant whose sequence value is `base` can give.
+fn last_of(base: u64) -> u64 {
+    base << FENCE_SHIFT | ((1 << FENCE_SHIFT) - 1)
+}
 
 /// Per name, the fence of the current server grant, the local grants drawn from it, and
 /// whether that grant was lost; its own mutex (a leaf: taken under a shard's mutex by the
@@ -286,8 +291,7 @@ impl Fences {
     fn lost_through(&self, hash: u64, fence: u64) -> Option<u64> {
         let map = self.lock();
         let &(base, _, lost) = map.get(&hash)?;
-        (lost && fence >> FENCE_SHIFT == base)
-            .then_some(base << FENCE_SHIFT | ((1 << FENCE_SHIFT) - 1))
+        (lost && fence >> FENCE_SHIFT == base).then_some(last_of(base))
     }
 
     /// The last fence the current server grant of `hash` can give: its holds' fences
@@ -295,9 +299,9 @@ impl Fences {
     /// A holder that entered a hold records its fence a little later (a woken ticket,
     /// after its wake-up), so this is the grant's last possible fence, not its last given.
     fn last(&self, hash: u64) -> u64 {
-        self.lock().get(&hash).map_or(0, |&(base, _, _)| {
-            base << FENCE_SHIFT | ((1 << FENCE_SHIFT) - 1)
-        })
+        self.lock()
+            .get(&hash)
+            .map_or(0, |&(base, _, _)| last_of(base))
     }
 
     fn next(&self, hash: u64) -> u64 {
@@ -511,18 +515,15 @@ impl Keeper {
     /// manager too). Until it is back, acquires wait on sessions of their own (`serve`),
     /// within their deadlines.
     fn main_for_try<'a>(&self, gates: &'a mut Gates) -> Option<&'a mut Main> {
-        if gates.main.is_none() {
-            let down = matches!(&gates.down, Some((_, at)) if at.elapsed() < RETRY_AFTER);
-            if !down && !gates.connecting && !gates.closed {
-                if let Some(me) = self.me() {
-                    gates.connecting = true;
-                    let spawned = std::thread::Builder::new()
-                        .name("ctxlock-pg-connect".to_owned())
-                        .spawn(move || me.reconnect());
-                    if spawned.is_err() {
-                        gates.connecting = false;
-                    }
-                }
+        let start = gates.main.is_none() && !gates.is_down() && !gates.connecting && !gates.closed;
+        // (Only then the `Arc`: its count is an atomic update.)
+        if let Some(me) = start.then(|| self.me()).flatten() {
+            gates.connecting = true;
+            let spawned = std::thread::Builder::new()
+                .name("ctxlock-pg-connect".to_owned())
+                .spawn(move || me.reconnect());
+            if spawned.is_err() {
+                gates.connecting = false;
             }
         }
         gates.main.as_mut()
@@ -541,8 +542,7 @@ impl Keeper {
     fn ensure_main(&self) {
         {
             let gates = self.gates();
-            let down = matches!(&gates.down, Some((_, at)) if at.elapsed() < RETRY_AFTER);
-            if gates.main.is_some() || down || gates.closed || self.forked() {
+            if gates.main.is_some() || gates.is_down() || gates.closed || self.forked() {
                 return;
             }
         }
@@ -1864,6 +1864,11 @@ impl Drop for Keeper {
 }
 
 impl Gates {
+    /// A connection failed less than `RETRY_AFTER` ago: acquires fail at once.
+    fn is_down(&self) -> bool {
+        matches!(&self.down, Some((_, at)) if at.elapsed() < RETRY_AFTER)
+    }
+
     fn new() -> Gates {
         Gates {
             map: HashTable::new(),
