@@ -671,7 +671,8 @@ def test_a_reconnect_to_a_server_that_never_answers_keeps_deadlines_tokens_and_t
             f"{outcome!r} in {took:.3f} s, loop stalled {stall:.3f} s at most",
         )
         assert outcome is not None and took < 0.5 + 1.5, (outcome, took)
-        assert stall < 1.0, stall
+        # A withdrawn server wait may hold the loop up to 1 s (`WITHDRAW_WAIT`, README).
+        assert stall < 1.0 + 0.5, stall
     finally:
         if mgr is not None:
             mgr.close()
