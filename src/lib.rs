@@ -34,7 +34,8 @@ pub use crate::core::lock::{forever, Lock, LockView, SharableLock};
 /// Named locks (`LockManager(url)` in Python): the contract, and the scopes by url.
 #[cfg(not(loom))]
 pub use crate::core::named::{
-    as_task, check_name, Failure, Info, Key, Lost, NamedView, Session, Who, MAX_NAME_BYTES,
+    as_task, check_name, Failure, Info, Key, Lost, NamedView, ScopedExit, Session, Who,
+    MAX_NAME_BYTES,
 };
 pub use crate::core::park::Interrupt;
 /// A PostgreSQL connection url, parsed: the PostgreSQL scope's way to its server.

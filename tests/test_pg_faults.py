@@ -563,6 +563,68 @@ def test_a_hold_passed_on_by_a_waiting_session_is_not_passed_on_after_that_sessi
     no_advisory_within(admin, f"{tag}-%")
 
 
+@pytest.mark.parametrize("held_as", ["lock", "shared"])
+def test_the_exit_of_a_with_whose_hold_was_lost_gives_back_no_other_with(
+    held_as: str, admin: Admin, tag: str, make: Make
+) -> None:
+    # A `with` has no handle: its exit gives back the scoped hold of its thread (or
+    # task), else any of the manager's in that mode. Once its own hold was lost (its
+    # session terminated) and another thread's `with` of the same manager took the
+    # name, the exit must give back nothing, not that thread's hold, and it must let the
+    # body's own exception out.
+    holder, other = make("holder"), make("other")
+    name = "t:with"
+    lock = view(holder, name, held_as)
+    probe = holder.sharable_lock(name).exclusive
+    inside, leave = threading.Event(), threading.Event()
+    second_raised: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            with lock:
+                inside.set()
+                leave.wait(PATIENCE)
+        except BaseException as exc:
+            second_raised.append(exc)
+
+    def free_here() -> bool:
+        # The first `with`'s hold ended in the manager, which took the name again.
+        unlock = probe.try_acquire()
+        if unlock is not None:
+            unlock()
+        return unlock is not None
+
+    def lose_the_hold() -> None:
+        assert not free_here()
+        with admin.cursor() as cur:
+            cur.execute(
+                "SELECT pg_terminate_backend(%s)", (_holding_pid(admin, f"{tag}-holder", name),)
+            )
+            assert cur.fetchone() == (True,)
+        assert wait_until(free_here, LOST_WITHIN), "the lost hold never ended"
+
+    thread = threading.Thread(target=second, daemon=True)
+    with pytest.raises(ValueError, match="the body's own"):
+        with lock:
+            lose_the_hold()
+            thread.start()
+            assert inside.wait(PATIENCE), "the second with never got in"
+            raise ValueError("the body's own")
+    # The second `with` still holds the name, on the server too.
+    assert other.lock(name).try_acquire() is None, "the first exit released the second's hold"
+    assert not free_here()
+    leave.set()
+    thread.join(PATIENCE)
+    assert not thread.is_alive()
+    assert second_raised == []
+    assert take_and_release(other, name)
+    # Alone, the exit of a lost hold finds it ended: nothing to give back, nothing raised.
+    with lock:
+        lose_the_hold()
+    assert take_and_release(other, name)
+    no_advisory_within(admin, f"{tag}-%")
+
+
 #: A TCP proxy of 127.0.0.1 to the port in argv[1], in a process of its own (a manager's
 #: round trip on the calling thread holds the GIL, which a proxy in the test's own process
 #: needs to pass it on): prints its port; after SIGUSR1 it accepts new connections and

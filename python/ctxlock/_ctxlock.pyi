@@ -510,7 +510,11 @@ class NamedLock:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None: ...
+    ) -> None:
+        """Release the hold this ``with`` took (its thread's or task's). A hold that ended
+        first (its manager closed, its connection lost) leaves nothing to release: the
+        exit returns quietly, the body's exception comes out, and no other ``with`` of the
+        manager loses its hold."""
     def __aenter__(self) -> Awaitable[None]: ...
     def __aexit__(
         self,

@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use super::cancel::Reason;
 use super::memory::MemoryClient;
-use super::named::{Failure, Info, Key, Lost, Session, Who};
+use super::named::{Failure, Info, Key, Lost, ScopedExit, Session, Who};
 use super::raw::{Compete, Enqueued, Notify, RawWaiter, Status};
 use super::stats::Statistics;
 use super::waiter::Mode;
@@ -480,12 +480,13 @@ impl<K: Gatekeeper> Session for Cohort<K> {
         released
     }
 
-    fn release_scoped(&self, key: &Key, mode: Mode, who: &Who) -> bool {
-        let released = self.local().release_scoped(key, mode, who);
-        if released {
+    fn release_scoped(&self, key: &Key, mode: Mode, who: &Who) -> ScopedExit {
+        let exit = self.local().release_scoped(key, mode, who);
+        // An ended hold departed from its gate when it ended (`Keeper::lose`).
+        if exit == ScopedExit::Released {
             self.keeper.leave(key);
         }
-        released
+        exit
     }
 
     fn lost(&self, key: &Key, fence: u64) -> Lost {

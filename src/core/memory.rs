@@ -22,7 +22,7 @@ use hashbrown::hash_table::{self, HashTable};
 
 use super::cancel::{CancelToken, Reason};
 use super::lock::LockView;
-use super::named::{now, now_coarse, Failure, Info, Key, Lost, Session, Who};
+use super::named::{now, now_coarse, Failure, Info, Key, Lost, ScopedExit, Session, Who};
 use super::raw::{Compete, Enqueued, Notify, RawLock, RawWaiter, Status};
 use super::slot::{Policy, Slot, SlotWaiter};
 use super::stats::Statistics;
@@ -55,6 +55,15 @@ struct HoldRecord {
     lost: Option<CancelToken>,
 }
 
+/// A scoped hold (`with`) that ended before its exit: its grant in the wider scope was
+/// lost (`MemoryClient::end_holds`). Kept until that exit comes, so that the exit finds
+/// it instead of giving back the hold of another `with` of the client still running.
+struct EndedScoped {
+    mode: Mode,
+    client: u64,
+    who: Who,
+}
+
 struct WaitRecord {
     id: u64,
     mode: Mode,
@@ -72,11 +81,13 @@ struct WaitRecord {
 ///   nobody holds or waits for it) may stay, at most `IDLE_ENTRIES` per shard, so that a
 ///   name used again and again is not made and freed each time.
 /// - `pins` counts the holds of `slot` (each hold started by a try or a grant pins the
-///   entry until it is released) and its queued waiters. So when `pins` falls to 0,
-///   nobody holds or waits for the slot, and the entry may go: nobody can be left on a
-///   slot that a later acquire of the same name would not find.
+///   entry until it is released), its queued waiters and its `ended` records. So when
+///   `pins` falls to 0, nobody holds or waits for the slot, and the entry may go: nobody
+///   can be left on a slot that a later acquire of the same name would not find.
 /// - `holds` has one record per hold that the caller took up (`NamedView::record`);
 ///   a hold in between (just granted, or passed on by a waiter that gave up) has none.
+/// - `ended` has one record per `with` whose hold ended without its exit, until that
+///   exit, or its client's `close`, takes it out.
 struct Entry {
     name: Arc<str>,
     hash: u64,
@@ -84,6 +95,7 @@ struct Entry {
     pins: usize,
     holds: Vec<HoldRecord>,
     waits: Vec<WaitRecord>,
+    ended: Vec<EndedScoped>,
 }
 
 #[derive(Default)]
@@ -189,6 +201,7 @@ impl Table {
                         pins: 0,
                         holds: Vec::new(),
                         waits: Vec::new(),
+                        ended: Vec::new(),
                     },
                 };
                 absent
@@ -243,7 +256,7 @@ fn unpin_found(
     if entry.pins > 0 {
         return;
     }
-    debug_assert!(entry.holds.is_empty() && entry.waits.is_empty());
+    debug_assert!(entry.holds.is_empty() && entry.waits.is_empty() && entry.ended.is_empty());
     // Only a slot nobody else can reach may be kept: a waiter that left may still hold a
     // reference for a moment.
     let reusable = Arc::strong_count(&entry.slot) == 1;
@@ -455,6 +468,7 @@ impl MemoryClient {
         for shard in self.scope.shards.iter() {
             let mut releases = Vec::new();
             let mut wake = Vec::new();
+            let mut ended_records = Vec::new();
             {
                 let mut table = locked(shard);
                 for e in table.entries.iter_mut() {
@@ -478,6 +492,15 @@ impl MemoryClient {
                             .filter(|w| w.client == self.id)
                             .map(|w| w.waiter.clone()),
                     );
+                    // Their exits find the client closed and give back nothing.
+                    let before = e.ended.len();
+                    e.ended.retain(|x| x.client != self.id);
+                    ended_records.extend(
+                        (e.ended.len()..before).map(|_| Key::with_hash(e.name.clone(), e.hash)),
+                    );
+                }
+                for key in ended_records.drain(..) {
+                    table.unpin(&key);
                 }
             }
             // Out of the mutex: a hand-off or a token's callbacks may wake tasks.
@@ -576,10 +599,11 @@ impl View<'_> {
         fence
     }
 
-    /// Release a hold of this mode, and its pin, if `pick` says there is one: it takes the
-    /// hold's record out (or finds none to take, for a hold without one). False if it
-    /// says there is none (released already, or ended by `close`).
-    fn release_record(&self, pick: impl FnOnce(&mut Vec<HoldRecord>) -> bool) -> bool {
+    /// Release a hold of this mode, and its pin, if `pick` says there is one
+    /// (`Released`): it takes the hold's record out (or finds none to take, for a hold
+    /// without one). `Ended`: it took out an `ended` record, whose pin goes. `NotHeld`:
+    /// there is none (released already, or ended by `close`).
+    fn release_record(&self, pick: impl FnOnce(&mut Entry) -> ScopedExit) -> ScopedExit {
         let mut table = locked(self.table());
         let Table {
             entries,
@@ -588,10 +612,15 @@ impl View<'_> {
             ..
         } = &mut *table;
         let Ok(mut found) = entries.find_entry(self.key.hash(), same(self.key)) else {
-            return false;
+            return ScopedExit::NotHeld;
         };
-        if !pick(&mut found.get_mut().holds) {
-            return false;
+        match pick(found.get_mut()) {
+            ScopedExit::Released => {}
+            ScopedExit::Ended => {
+                unpin_found(found, spare, idle);
+                return ScopedExit::Ended;
+            }
+            ScopedExit::NotHeld => return ScopedExit::NotHeld,
         }
         let entry = found.get();
         let released = if alone(entry, 1) {
@@ -602,12 +631,12 @@ impl View<'_> {
         };
         if released {
             unpin_found(found, spare, idle);
-            return true;
+            return ScopedExit::Released;
         }
         let slot = found.get().slot.clone();
         drop(table);
         self.release_handing_off(slot);
-        true
+        ScopedExit::Released
     }
 
     /// Give back one hold of this mode that waiters may be queued for, and its pin. The
@@ -660,28 +689,76 @@ impl View<'_> {
 
     /// Release the hold with this fence (an `Unlock`'s).
     pub fn release(&self, fence: u64) -> bool {
-        self.release_record(|holds| {
-            let found = holds.iter().position(|h| h.fence == fence && !h.scoped);
-            found.map(|i| holds.swap_remove(i)).is_some()
-        })
+        let exit = self.release_record(|e| {
+            match e.holds.iter().position(|h| h.fence == fence && !h.scoped) {
+                Some(i) => {
+                    e.holds.swap_remove(i);
+                    ScopedExit::Released
+                }
+                None => ScopedExit::NotHeld,
+            }
+        });
+        exit == ScopedExit::Released
     }
 
     /// Release one scoped hold of this mode taken through this client: `who`'s if it
-    /// has one (its task's, else its thread's), else any. False if there is none. (Never
-    /// another client's: its `with` would lose its hold, and a `close` of this client
-    /// would end it. The task's first: tasks of one loop share a thread, and may leave
-    /// in any order.)
-    pub fn release_scoped(&self, who: &Who) -> bool {
+    /// has one (its task's, else its thread's), else any; or take out the `ended` record
+    /// of `who`'s `with` whose hold was lost. (Never another client's: its `with` would
+    /// lose its hold, and a `close` of this client would end it. The task's first: tasks
+    /// of one loop share a thread, and may leave in any order.)
+    ///
+    /// A closer match wins, a live hold over an ended one of the same match. Of the
+    /// "any" matches, an ended record goes before a live hold: an exit from a thread
+    /// other than its `with`'s is told apart from nothing, and giving back a live hold
+    /// whose `with` still runs would let a second holder in, where keeping it a little
+    /// longer (until its own exit, which then takes the ended record) lets nobody in.
+    pub fn release_scoped(&self, who: &Who) -> ScopedExit {
         let (mode, client) = (self.mode, self.client.id);
-        self.release_record(|holds| {
-            let mine = |h: &HoldRecord| h.scoped && h.mode == mode && h.client == client;
-            let thread = |h: &HoldRecord| mine(h) && h.who.thread == who.thread;
-            let found = holds
-                .iter()
-                .rposition(|h| thread(h) && h.who.task == who.task)
-                .or_else(|| holds.iter().rposition(thread))
-                .or_else(|| holds.iter().rposition(mine));
-            found.map(|i| holds.remove(i)).is_some()
+        // How closely a record matches `who`: 0 its task, 1 its thread, 2 any.
+        let level = |w: &Who| match (w.thread == who.thread, w.task == who.task) {
+            (true, true) => 0u8,
+            (true, false) => 1,
+            (false, _) => 2,
+        };
+        // The closest match, the latest of equals: (level, index).
+        fn closest(levels: impl Iterator<Item = Option<u8>>) -> Option<(u8, usize)> {
+            let mut best: Option<(u8, usize)> = None;
+            for (i, l) in levels.enumerate() {
+                if let Some(l) = l {
+                    if best.is_none_or(|(b, _)| l <= b) {
+                        best = Some((l, i));
+                    }
+                }
+            }
+            best
+        }
+        self.release_record(|e| {
+            let ours = |m: Mode, c: u64| m == mode && c == client;
+            let live = closest(
+                e.holds
+                    .iter()
+                    .map(|h| (h.scoped && ours(h.mode, h.client)).then(|| level(&h.who))),
+            );
+            let ended = closest(
+                e.ended
+                    .iter()
+                    .map(|x| ours(x.mode, x.client).then(|| level(&x.who))),
+            );
+            let take_live = match (live, ended) {
+                (Some((l, _)), Some((x, _))) => l < x || (l == x && l < 2),
+                (live, _) => live.is_some(),
+            };
+            match (take_live, live, ended) {
+                (true, Some((_, i)), _) => {
+                    e.holds.remove(i);
+                    ScopedExit::Released
+                }
+                (false, _, Some((_, i))) => {
+                    e.ended.remove(i);
+                    ScopedExit::Ended
+                }
+                _ => ScopedExit::NotHeld,
+            }
         })
     }
 
@@ -720,7 +797,7 @@ impl View<'_> {
 
     /// A hold with no record (one a waiter that gave up passes on).
     fn unlock(&self) -> bool {
-        self.release_record(|_| true)
+        self.release_record(|_| ScopedExit::Released) == ScopedExit::Released
     }
 
     fn enqueue(
@@ -887,7 +964,7 @@ impl Session for MemoryClient {
         self.view(key, mode).release(fence)
     }
 
-    fn release_scoped(&self, key: &Key, mode: Mode, who: &Who) -> bool {
+    fn release_scoped(&self, key: &Key, mode: Mode, who: &Who) -> ScopedExit {
         self.view(key, mode).release_scoped(who)
     }
 
@@ -942,6 +1019,16 @@ impl MemoryClient {
                 while i < e.holds.len() {
                     if e.holds[i].client == self.id && e.holds[i].fence <= through {
                         let h = e.holds.swap_remove(i);
+                        if h.scoped {
+                            // Its `with` will exit: see `EndedScoped`. The record pins
+                            // the entry as the hold did (whose pin goes below).
+                            e.ended.push(EndedScoped {
+                                mode: h.mode,
+                                client: h.client,
+                                who: h.who,
+                            });
+                            e.pins += 1;
+                        }
                         releases.push((e.slot.clone(), h.mode, h.lost));
                     } else {
                         i += 1;
@@ -1087,11 +1174,87 @@ mod tests {
             v.record(true, me.clone()).unwrap();
         }
         assert_eq!(b.close_all(Arc::new("closed")), 1);
-        assert!(!vb.release_scoped(&me), "released a's hold through b");
+        assert_eq!(
+            vb.release_scoped(&me),
+            ScopedExit::NotHeld,
+            "released a's hold through b"
+        );
         assert!(va.is_locked());
-        assert!(va.release_scoped(&me));
+        assert_eq!(va.release_scoped(&me), ScopedExit::Released);
         assert!(!va.is_locked());
         assert!(scope.query("").is_empty());
+    }
+
+    #[test]
+    fn the_exit_of_a_with_whose_hold_ended_gives_back_no_other_hold() {
+        let scope = scope();
+        let client = MemoryClient::new(scope.clone());
+        let key = Key::new(Arc::from("x"));
+        let lost = || -> Reason { Arc::new("lost") };
+        let who = |thread: u64, task: Option<&str>| Who {
+            thread,
+            task: task.map(Arc::from),
+        };
+        for mode in [Mode::Exclusive, Mode::Shared] {
+            let v = view(&client, "x", mode);
+            // Thread 1's `with` hold ends (its wider grant was lost).
+            assert!(v.try_lock());
+            let fence = v.record(true, who(1, None)).unwrap();
+            assert_eq!(client.end_holds(&key, &lost(), fence), 1);
+            assert!(!v.is_locked());
+            // Another `with` of the client: thread 2's, then a task on thread 1.
+            assert!(v.try_lock());
+            v.record(true, who(2, None)).unwrap();
+            // Thread 1 exits: its ended record, not thread 2's hold. Then an exit made
+            // from a third thread finds nothing ended and gives back the live hold.
+            assert_eq!(v.release_scoped(&who(1, None)), ScopedExit::Ended);
+            assert!(
+                v.is_locked(),
+                "{mode:?}: thread 1's exit released thread 2's hold"
+            );
+            assert_eq!(v.release_scoped(&who(3, None)), ScopedExit::Released);
+            assert_eq!(v.release_scoped(&who(2, None)), ScopedExit::NotHeld);
+            // A task's ended hold on a thread that also runs a live `with` of another
+            // task: the task's exit takes its own record, the other task keeps its hold.
+            assert!(v.try_lock());
+            let fence = v.record(true, who(1, Some("t1"))).unwrap();
+            assert_eq!(client.end_holds(&key, &lost(), fence), 1);
+            assert!(v.try_lock());
+            v.record(true, who(1, Some("t2"))).unwrap();
+            assert_eq!(v.release_scoped(&who(1, Some("t1"))), ScopedExit::Ended);
+            assert!(v.is_locked());
+            // An exit from elsewhere prefers an ended record to a live hold.
+            assert!(v.try_lock() || mode == Mode::Exclusive);
+            if mode == Mode::Shared {
+                let fence = v.record(true, who(4, None)).unwrap();
+                // t2's hold too is of that grant; both end.
+                assert_eq!(client.end_holds(&key, &lost(), fence), 2);
+                assert!(v.try_lock());
+                v.record(true, who(5, None)).unwrap();
+                assert_eq!(v.release_scoped(&who(9, None)), ScopedExit::Ended);
+                assert_eq!(v.release_scoped(&who(9, None)), ScopedExit::Ended);
+                assert!(
+                    v.is_locked(),
+                    "an exit from elsewhere released thread 5's hold"
+                );
+                assert_eq!(v.release_scoped(&who(5, None)), ScopedExit::Released);
+            } else {
+                assert_eq!(v.release_scoped(&who(1, Some("t2"))), ScopedExit::Released);
+            }
+            assert!(!v.is_locked());
+            assert_eq!(v.release_scoped(&who(1, None)), ScopedExit::NotHeld);
+            assert!(scope.query("").is_empty());
+        }
+        // An ended record pins its entry until its exit, or its client's close.
+        let v = view(&client, "x", Mode::Exclusive);
+        assert!(v.try_lock());
+        let fence = v.record(true, who(1, None)).unwrap();
+        assert_eq!(client.end_holds(&key, &lost(), fence), 1);
+        let pins = || locked(scope.shard(key.hash())).find(&key).map(|e| e.pins);
+        assert_eq!(pins(), Some(1));
+        client.close_all(Arc::new("closed"));
+        assert_eq!(pins().unwrap_or(0), 0);
+        assert_eq!(v.release_scoped(&who(1, None)), ScopedExit::NotHeld);
     }
 
     #[test]
@@ -1128,7 +1291,7 @@ mod tests {
         assert!(x.try_lock());
         x.record(true, Who::thread()).unwrap();
         x.tag_hold(7);
-        assert!(x.release_scoped(&Who::thread()));
+        assert_eq!(x.release_scoped(&Who::thread()), ScopedExit::Released);
         x.untag_hold(7);
         let y = NamedView::new(client.clone(), key("y", 2000), Mode::Exclusive);
         assert!(y.try_lock());

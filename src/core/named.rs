@@ -60,8 +60,10 @@ pub trait Session: Send + Sync {
     /// Give back the recorded hold with this fence; false if it has ended.
     fn release(&self, key: &Key, mode: Mode, fence: u64) -> bool;
     /// Give back one scoped hold of this mode taken through this session (never another
-    /// client's): `who`'s if it has one (its task's, else its thread's), else any.
-    fn release_scoped(&self, key: &Key, mode: Mode, who: &Who) -> bool;
+    /// client's): `who`'s if it has one (its task's, else its thread's), else any. A
+    /// `with` whose hold was lost finds that it ended ([`ScopedExit::Ended`]) and gives
+    /// back nothing: never a hold of another `with` still running.
+    fn release_scoped(&self, key: &Key, mode: Mode, who: &Who) -> ScopedExit;
     /// The `lost` token of the hold with this fence.
     fn lost(&self, key: &Key, fence: u64) -> Lost;
     /// The lock's holders in this mode and its waiters, across every client.
@@ -78,6 +80,18 @@ pub trait Session: Send + Sync {
     fn close(&self, reason: Reason) -> usize;
     /// Why the locks of this session cannot be acquired, if they cannot.
     fn failure(&self) -> Option<Failure>;
+}
+
+/// What the exit of a `with` found ([`Session::release_scoped`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScopedExit {
+    /// It gave back its hold.
+    Released,
+    /// Its hold had ended without it (lost with the scope's connection): nothing to give
+    /// back, and nobody else's hold was given back instead.
+    Ended,
+    /// No scoped hold of this session and mode, live or ended.
+    NotHeld,
 }
 
 /// Who holds or waits: the thread (`pthread_self`, which is Python's
@@ -358,7 +372,7 @@ impl NamedView {
     }
 
     /// See [`Session::release_scoped`].
-    pub fn release_scoped(&self, who: &Who) -> bool {
+    pub fn release_scoped(&self, who: &Who) -> ScopedExit {
         self.session.release_scoped(&self.key, self.mode, who)
     }
 

@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyString;
 
-use crate::core::named::{check_name, Info, Key, NamedView, Session, Who};
+use crate::core::named::{check_name, Info, Key, NamedView, ScopedExit, Session, Who};
 use crate::core::scopes::{connect, ConnectError};
 use crate::core::stats::Statistics;
 use crate::core::waiter::Mode;
@@ -534,7 +534,7 @@ impl Kind for NamedView {
     }
 
     fn unlock_scoped(&self) -> bool {
-        self.release_scoped(&Who::thread())
+        self.release_scoped(&Who::thread()) != ScopedExit::NotHeld
     }
 
     fn names_owners(&self) -> bool {
