@@ -45,6 +45,7 @@ from ctxlock import (
     Unlock,
     WouldBlock,
 )
+from ctxlock._bench import pg_server
 from kinds import KINDS, Kind, over
 
 pytestmark = pytest.mark.skipif(
@@ -366,6 +367,60 @@ def test_a_file_scope_manager_made_before_fork_fails_in_the_child(tmp_path: Path
         in_child(child)
         assert mgr.lock("held").locked()
         assert not unlock.released
+    finally:
+        unlock()
+        mgr.close()
+
+
+@pytest.mark.parametrize("scope", ["file", "postgresql"])
+def test_a_manager_made_before_fork_does_not_answer_for_the_parent_in_the_child(
+    scope: str, tmp_path: Path
+) -> None:
+    # The child's copy of the manager holds the parent's records: it would show the
+    # parent's hold as the child's (with the child's pid), and once the child called an
+    # inherited Unlock, as free while the parent still holds it. So it raises, as its
+    # acquires do; a manager made in the child answers.
+    if scope == "file":
+        url = f"file://{tmp_path}"
+    else:
+        missing = pg_server.missing()
+        if missing is not None:
+            pytest.skip(f"no PostgreSQL server can be started here: {missing}")
+        url = pg_server.shared().url
+    mgr = LockManager(url)
+    name = f"fork-{os.getpid()}-{time.monotonic_ns()}"
+    lock, rw = mgr.lock(name), mgr.sharable_lock(name)
+    unlock = lock.acquire(deadline=10)
+    parent = os.getpid()
+
+    def child() -> None:
+        asks: list[Callable[[], object]] = [
+            lock.locked,
+            lock.statistics,
+            rw.statistics,
+            rw.shared.locked,
+            mgr.query,
+        ]
+        for ask in asks:
+            with pytest.raises(BackendError, match="fork"):
+                ask()
+        assert "of a parent process" in repr(lock)
+        assert "of a parent process" in repr(rw)
+        unlock()  # the parent's hold, untouched
+        with pytest.raises(BackendError, match="fork"):
+            lock.locked()
+        fresh = LockManager(url)
+        try:
+            assert fresh.lock(name).locked()
+            owners = [i.owner for i in fresh.query(name)]
+            assert len(owners) == 1 and f":{parent}" in owners[0], owners
+        finally:
+            fresh.close()
+
+    try:
+        in_child(child)
+        assert lock.locked() and not unlock.released
+        assert [i.state for i in mgr.query(name)] == ["held"]
     finally:
         unlock()
         mgr.close()

@@ -356,7 +356,8 @@ class LockManager:
     with ``BackendError``.
     At ``"file:///dir"`` (Linux) the directory is made if missing and holds one
     file, ``ctxlock.table``; a process's holds there are kernel locks, freed when it dies.
-    A manager made before ``fork()`` raises ``BackendError`` in the child.
+    A manager made before ``fork()`` raises ``BackendError`` in the child (its acquires,
+    and ``query()``, ``statistics()`` and ``locked()`` of it and its locks).
 
     Raises:
         TypeError: ``url`` is not a str.
@@ -392,6 +393,9 @@ class LockManager:
     def query(self, prefix: str = "") -> list[LockInfo]:
         """Every hold and every waiter whose name starts with ``prefix``, of every client of
         the scope, as ``LockInfo`` objects (ordered by name, then by ``since``).
+
+        Raises:
+            BackendError: in a child process, for a manager made before ``fork()``.
         """
     def close(self) -> None:
         """End this manager: its holds end (each ``Unlock.lost`` is cancelled with a

@@ -98,6 +98,8 @@ pub(crate) trait Gatekeeper: Send + Sync + Sized + 'static {
     fn dropped(&self);
     /// Why this client's gates cannot be entered, if they cannot.
     fn failure(&self) -> Option<Failure>;
+    /// Whether this is a forked child of the process that made the manager.
+    fn made_before_fork(&self) -> bool;
     /// A hold that entered `key`'s gate was recorded with `fence`. A scope whose wider
     /// hold may be lost between the entry and the record ends the hold here if it was,
     /// and says why (the acquire then fails, as a record that failed does).
@@ -539,6 +541,10 @@ impl<K: Gatekeeper> Session for Cohort<K> {
             return Some(f);
         }
         self.keeper.failure()
+    }
+
+    fn unanswerable(&self) -> Option<Failure> {
+        self.keeper.made_before_fork().then(forked_failure)
     }
 }
 

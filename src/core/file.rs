@@ -846,6 +846,10 @@ pub(crate) fn connect(dir: &std::path::Path) -> Result<Arc<dyn Session>, String>
 }
 
 impl Gatekeeper for Keeper {
+    fn made_before_fork(&self) -> bool {
+        self.forked()
+    }
+
     fn local(&self) -> &Arc<MemoryClient> {
         &self.local
     }

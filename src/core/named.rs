@@ -80,6 +80,12 @@ pub trait Session: Send + Sync {
     fn close(&self, reason: Reason) -> usize;
     /// Why the locks of this session cannot be acquired, if they cannot.
     fn failure(&self) -> Option<Failure>;
+    /// Why this session cannot say who holds and waits (`query`, `statistics`), if it
+    /// cannot: a manager made before `fork()`, in the child, whose records, descriptors
+    /// and connections are the parent's.
+    fn unanswerable(&self) -> Option<Failure> {
+        None
+    }
 }
 
 /// What the exit of a `with` found ([`Session::release_scoped`]).
@@ -388,6 +394,11 @@ impl NamedView {
 
     pub fn is_locked(&self) -> bool {
         self.statistics().locked
+    }
+
+    /// See [`Session::unanswerable`].
+    pub fn unanswerable(&self) -> Option<Failure> {
+        self.session.unanswerable()
     }
 
     pub fn tag_hold(&self, tag: u64) {

@@ -1679,6 +1679,10 @@ fn gate<'a>(gates: &'a mut Gates, hash: u64, name: &str) -> &'a mut Gate {
 }
 
 impl Gatekeeper for Keeper {
+    fn made_before_fork(&self) -> bool {
+        self.forked()
+    }
+
     fn local(&self) -> &Arc<MemoryClient> {
         &self.local
     }

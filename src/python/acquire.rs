@@ -87,6 +87,16 @@ pub(crate) fn try_once<K: Kind>(py: Python<'_>, kind: &K) -> PyResult<Option<Hel
     kind.try_take_up().map(|t| taken_up(py, t)).transpose()
 }
 
+/// `locked()`, `statistics()`: `BackendError` if the kind cannot say who holds and
+/// waits (see `Kind::unanswerable`).
+#[inline]
+pub(crate) fn answerable<K: Kind>(py: Python<'_>, kind: &K) -> PyResult<()> {
+    match kind.unanswerable() {
+        None => Ok(()),
+        Some(why) => Err(to_pyerr::<PyErr>(py, AcquireError::Backend(why))),
+    }
+}
+
 /// A hold just acquired, taken up as scoped (`with`) or as an `Unlock`'s (see
 /// `Kind::take_up`); a kind whose backend failed meanwhile raises its error.
 /// `taken` is what `take_up` returned.

@@ -79,6 +79,12 @@ pub(crate) trait Kind: RawLock + Clone + 'static {
     fn has_tagged_hold(&self, tag: u64) -> bool;
     /// A snapshot for `statistics()`.
     fn statistics(&self) -> Statistics;
+    /// Why `locked()` and `statistics()` cannot answer, if they cannot (a named lock of
+    /// a manager made before `fork()`, in the child).
+    #[inline]
+    fn unanswerable(&self) -> Option<String> {
+        None
+    }
 }
 
 impl Kind for LockView {

@@ -95,16 +95,18 @@ macro_rules! lock_methods {
             }
 
             /// True while the lock is held (in this view's mode, for a ``SharableLock`` view).
-            fn locked(&self) -> bool {
-                $crate::python::kind::Kind::is_locked(self.kind())
+            fn locked(&self, py: Python<'_>) -> PyResult<bool> {
+                $crate::python::acquire::answerable(py, self.kind())?;
+                Ok($crate::python::kind::Kind::is_locked(self.kind()))
             }
 
             /// A snapshot: ``locked``, ``holders`` (in this view's mode) and ``waiting`` (on the lock).
             ///
             /// See ``LockStatistics``. Both views of a ``SharableLock`` report the same
             /// ``waiting``: the lock has one queue. Nothing is waited for or changed.
-            fn statistics(&self) -> $crate::python::stats::PyLockStatistics {
-                $crate::python::kind::Kind::statistics(self.kind()).into()
+            fn statistics(&self, py: Python<'_>) -> PyResult<$crate::python::stats::PyLockStatistics> {
+                $crate::python::acquire::answerable(py, self.kind())?;
+                Ok($crate::python::kind::Kind::statistics(self.kind()).into())
             }
 
             fn __enter__(&self, py: Python<'_>) -> PyResult<()> {

@@ -36,7 +36,8 @@ use super::unlock::PyUnlock;
 /// with ``BackendError``.
 /// At ``"file:///dir"`` (Linux) the directory is made if missing and holds one
 /// file, ``ctxlock.table``; a process's holds there are kernel locks, freed when it dies.
-/// A manager made before ``fork()`` raises ``BackendError`` in the child.
+/// A manager made before ``fork()`` raises ``BackendError`` in the child (its acquires,
+/// and ``query()``, ``statistics()`` and ``locked()`` of it and its locks).
 ///
 /// Raises:
 ///     TypeError: ``url`` is not a str.
@@ -141,6 +142,9 @@ impl PyLockManager {
 
     /// Every hold and every waiter whose name starts with ``prefix``, of every client of
     /// the scope, as ``LockInfo`` objects (ordered by name, then by ``since``).
+    ///
+    /// Raises:
+    ///     BackendError: in a child process, for a manager made before ``fork()``.
     // The text signature is spelled out: PyO3 shows a default of `String::new()` as `...`.
     #[pyo3(signature = (prefix = String::new()), text_signature = "($self, prefix='')")]
     fn query(
@@ -148,6 +152,9 @@ impl PyLockManager {
         py: Python<'_>,
         #[pyo3(from_py_with = super::args::prefix)] prefix: String,
     ) -> PyResult<Vec<PyLockInfo>> {
+        if let Some(why) = self.session.unanswerable() {
+            return Err(BackendError::new_err((why.0,)));
+        }
         let infos = self.session.query(&prefix);
         let names = thread_names(py)?;
         let host = host_name(py)?;
@@ -407,14 +414,13 @@ lock_methods!(PyNamedLock(NamedView) {
     }
 
     fn __repr__(&self) -> String {
+        let (name, mode) = (self.view.name(), mode_name(self.view.mode()));
+        if self.view.unanswerable().is_some() {
+            return format!("<ctxlock.NamedLock {name:?} {mode} (of a parent process)>");
+        }
         let s = self.view.statistics();
         let state = if s.locked { "locked" } else { "unlocked" };
-        format!(
-            "<ctxlock.NamedLock {:?} {} {state} waiting={}>",
-            self.view.name(),
-            mode_name(self.view.mode()),
-            s.waiting
-        )
+        format!("<ctxlock.NamedLock {name:?} {mode} {state} waiting={}>", s.waiting)
     }
 });
 
@@ -445,12 +451,13 @@ impl PyNamedSharableLock {
     /// A snapshot of the whole lock, across every client of the scope: ``locked`` in either
     /// mode, ``holders`` (one writer or the readers) and ``waiting`` (both modes share one
     /// queue).
-    fn statistics(&self) -> crate::python::stats::PyLockStatistics {
-        crate::core::stats::Statistics::of_both(
+    fn statistics(&self, py: Python<'_>) -> PyResult<crate::python::stats::PyLockStatistics> {
+        super::acquire::answerable(py, &self.exclusive.get().view)?;
+        Ok(crate::core::stats::Statistics::of_both(
             self.exclusive.get().view.statistics(),
             self.shared.get().view.statistics(),
         )
-        .into()
+        .into())
     }
 
     /// The shared mode: its holders share the lock.
@@ -471,6 +478,12 @@ impl PyNamedSharableLock {
 
     fn __repr__(&self) -> String {
         let v = &self.exclusive.get().view;
+        if v.unanswerable().is_some() {
+            return format!(
+                "<ctxlock.NamedSharableLock {:?} (of a parent process)>",
+                v.name()
+            );
+        }
         let exclusive = v.statistics();
         let shared = self.shared.get().view.statistics();
         let state = if exclusive.locked {
@@ -555,5 +568,9 @@ impl Kind for NamedView {
 
     fn statistics(&self) -> Statistics {
         NamedView::statistics(self)
+    }
+
+    fn unanswerable(&self) -> Option<String> {
+        NamedView::unanswerable(self).map(|f| f.0)
     }
 }
