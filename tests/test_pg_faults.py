@@ -625,6 +625,57 @@ def test_the_exit_of_a_with_whose_hold_was_lost_gives_back_no_other_with(
     no_advisory_within(admin, f"{tag}-%")
 
 
+#: Daemon threads loop on a manager's acquires (argv[3]: "lock" or "shared") while its
+#: sessions are terminated (by the superuser url argv[2]) and another manager takes the
+#: name; then the interpreter exits with them still waiting, a hold never released.
+_EXIT_IN_WAITS = """
+import sys, threading, time
+import psycopg
+from ctxlock import BackendError, LockManager, LockTimeout
+url, superuser, mode, threads, pause = sys.argv[1:6]
+app = "ctxlock-exit-%d" % time.monotonic_ns()
+mgr = LockManager(url + "?application_name=" + app)
+other = LockManager(url)
+def view(m):
+    return m.lock("x") if mode == "lock" else m.sharable_lock("x").shared
+first = view(mgr).acquire(deadline=5)
+def loop():
+    while True:
+        try:
+            unlock = view(mgr).acquire(deadline=0.5)
+            time.sleep(0.0005)
+            unlock()
+        except (LockTimeout, BackendError):
+            pass
+for _ in range(int(threads)):
+    threading.Thread(target=loop, daemon=True).start()
+time.sleep(0.05)
+with psycopg.connect(superuser, autocommit=True) as admin:
+    sql = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s"
+    assert admin.execute(sql, (app,)).fetchall(), "no session of the manager to terminate"
+try:
+    other.lock("x").acquire(deadline=2)
+except (LockTimeout, BackendError):
+    pass
+time.sleep(float(pause))
+print("end", flush=True)
+"""
+
+
+@pytest.mark.parametrize("held_as", ["lock", "shared"])
+def test_a_process_exits_cleanly_with_threads_in_waits_of_a_manager_that_lost_its_hold(
+    held_as: str, server: pg_server.PgServer
+) -> None:
+    # Exit with daemon threads inside the manager's acquires, right after its sessions
+    # were lost (one run of a test suite stopped there once with SIGABRT at exit).
+    for threads, pause in [(1, 0.0), (4, 0.01), (2, 0.1), (4, 0.5)]:
+        proc = files._run(
+            _EXIT_IN_WAITS, server.url, server.superuser_url, held_as, str(threads), str(pause)
+        )
+        files._assert_no_crash(proc)
+        assert proc.stdout.split() == ["end"], proc.stdout + proc.stderr
+
+
 #: A TCP proxy of 127.0.0.1 to the port in argv[1], in a process of its own (a manager's
 #: round trip on the calling thread holds the GIL, which a proxy in the test's own process
 #: needs to pass it on): prints its port; after SIGUSR1 it accepts new connections and
