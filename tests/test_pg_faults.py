@@ -625,6 +625,54 @@ def test_the_exit_of_a_with_whose_hold_was_lost_gives_back_no_other_with(
     no_advisory_within(admin, f"{tag}-%")
 
 
+@pytest.mark.asyncio
+@pytest.mark.parametrize("held_as", ["lock", "shared"])
+async def test_the_exit_of_a_lost_async_with_gives_back_no_hold_of_a_task_of_its_name(
+    held_as: str, admin: Admin, tag: str, make: Make
+) -> None:
+    # Tasks of one name on one loop (anyio names every task by its function) look alike
+    # to an exit. The first's hold is lost and the second takes the name: the first's
+    # exit takes its ended hold, never the second's.
+    holder, other = make("holder"), make("other")
+    name = "t:tasks"
+    lock = view(holder, name, held_as)
+    probe = holder.sharable_lock(name).exclusive
+    entered = [asyncio.Event(), asyncio.Event()]
+    leave = [asyncio.Event(), asyncio.Event()]
+
+    async def hold(i: int) -> None:
+        async with lock:
+            entered[i].set()
+            await asyncio.wait_for(leave[i].wait(), PATIENCE)
+
+    def free_here() -> bool:
+        unlock = probe.try_acquire()
+        if unlock is not None:
+            unlock()
+        return unlock is not None
+
+    first = asyncio.create_task(hold(0), name="worker")
+    await asyncio.wait_for(entered[0].wait(), PATIENCE)
+    with admin.cursor() as cur:
+        cur.execute(
+            "SELECT pg_terminate_backend(%s)", (_holding_pid(admin, f"{tag}-holder", name),)
+        )
+        assert cur.fetchone() == (True,)
+    end = time.monotonic() + LOST_WITHIN
+    while not free_here():
+        assert time.monotonic() < end, "the lost hold never ended"
+        await asyncio.sleep(0.02)
+    second = asyncio.create_task(hold(1), name="worker")
+    await asyncio.wait_for(entered[1].wait(), PATIENCE)
+    leave[0].set()
+    await asyncio.wait_for(first, PATIENCE)
+    assert other.lock(name).try_acquire() is None, "the first exit released the second's hold"
+    leave[1].set()
+    await asyncio.wait_for(second, PATIENCE)
+    assert take_and_release(other, name)
+    no_advisory_within(admin, f"{tag}-%")
+
+
 #: Daemon threads loop on a manager's acquires (argv[3]: "lock" or "shared") while its
 #: sessions are terminated (by the superuser url argv[2]) and another manager takes the
 #: name; then the interpreter exits with them still waiting, a hold never released.

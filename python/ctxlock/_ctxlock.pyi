@@ -199,12 +199,16 @@ class Lock:
     def try_acquire(self) -> Unlock | None:
         """Acquire without waiting; ``None`` if the lock is taken."""
     def locked(self) -> bool:
-        """True while the lock is held (in this view's mode, for a ``SharableLock`` view)."""
+        """True while the lock is held (in this view's mode, for a ``SharableLock`` view).
+
+        A named lock of a manager made before ``fork()`` raises ``BackendError`` in the child.
+        """
     def statistics(self) -> LockStatistics:
         """A snapshot: ``locked``, ``holders`` (in this view's mode) and ``waiting`` (on the lock).
 
         See ``LockStatistics``. Both views of a ``SharableLock`` report the same
-        ``waiting``: the lock has one queue. Nothing is waited for or changed.
+        ``waiting``: the lock has one queue. Nothing is waited for or changed. A named lock
+        of a manager made before ``fork()`` raises ``BackendError`` in the child.
         """
     def acquire_async(
         self, cancel: CancelToken | None = None, *, deadline: float | None = None
@@ -278,12 +282,16 @@ class LockView:
     def try_acquire(self) -> Unlock | None:
         """Acquire without waiting; ``None`` if the lock is taken."""
     def locked(self) -> bool:
-        """True while the lock is held (in this view's mode, for a ``SharableLock`` view)."""
+        """True while the lock is held (in this view's mode, for a ``SharableLock`` view).
+
+        A named lock of a manager made before ``fork()`` raises ``BackendError`` in the child.
+        """
     def statistics(self) -> LockStatistics:
         """A snapshot: ``locked``, ``holders`` (in this view's mode) and ``waiting`` (on the lock).
 
         See ``LockStatistics``. Both views of a ``SharableLock`` report the same
-        ``waiting``: the lock has one queue. Nothing is waited for or changed.
+        ``waiting``: the lock has one queue. Nothing is waited for or changed. A named lock
+        of a manager made before ``fork()`` raises ``BackendError`` in the child.
         """
     def acquire_async(
         self, cancel: CancelToken | None = None, *, deadline: float | None = None
@@ -487,12 +495,16 @@ class NamedLock:
     def try_acquire(self) -> Unlock | None:
         """Acquire without waiting; ``None`` if the lock is taken."""
     def locked(self) -> bool:
-        """True while the lock is held (in this view's mode, for a ``SharableLock`` view)."""
+        """True while the lock is held (in this view's mode, for a ``SharableLock`` view).
+
+        A named lock of a manager made before ``fork()`` raises ``BackendError`` in the child.
+        """
     def statistics(self) -> LockStatistics:
         """A snapshot: ``locked``, ``holders`` (in this view's mode) and ``waiting`` (on the lock).
 
         See ``LockStatistics``. Both views of a ``SharableLock`` report the same
-        ``waiting``: the lock has one queue. Nothing is waited for or changed.
+        ``waiting``: the lock has one queue. Nothing is waited for or changed. A named lock
+        of a manager made before ``fork()`` raises ``BackendError`` in the child.
         """
     def acquire_async(
         self, cancel: CancelToken | None = None, *, deadline: float | None = None
@@ -553,7 +565,7 @@ class NamedSharableLock:
     def statistics(self) -> LockStatistics:
         """A snapshot of the whole lock, across every client of the scope: ``locked`` in either
         mode, ``holders`` (one writer or the readers) and ``waiting`` (both modes share one
-        queue).
+        queue). For a manager made before ``fork()``, ``BackendError`` in the child.
         """
     @property
     def shared(self) -> NamedLock:

@@ -188,8 +188,17 @@ impl<K: Gatekeeper> Cohort<K> {
     /// Take up a hold just taken (locally and at the gate): record it, or give it back.
     fn take_up(&self, key: &Key, mode: Mode, scoped: bool, who: Who) -> Result<u64, Failure> {
         match self.local().record(key, mode, scoped, who) {
-            // Ended already (its departure from the gate counted).
-            Ok(fence) => self.keeper.recorded(key, fence).map_or(Ok(fence), Err),
+            Ok(fence) => match self.keeper.recorded(key, fence) {
+                None => Ok(fence),
+                // Ended already (its departure from the gate counted). The acquire fails,
+                // so a `with` never exits for it: its ended record goes now.
+                Some(f) => {
+                    if scoped {
+                        self.local().forget_ended(key, fence);
+                    }
+                    Err(f)
+                }
+            },
             Err(f) => {
                 // The record gave the local hold back already.
                 self.keeper.leave(key);

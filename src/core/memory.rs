@@ -59,6 +59,8 @@ struct HoldRecord {
 /// lost (`MemoryClient::end_holds`). Kept until that exit comes, so that the exit finds
 /// it instead of giving back the hold of another `with` of the client still running.
 struct EndedScoped {
+    /// The fence the hold had (see `MemoryClient::forget_ended`).
+    fence: u64,
     mode: Mode,
     client: u64,
     who: Who,
@@ -707,11 +709,11 @@ impl View<'_> {
     /// lose its hold, and a `close` of this client would end it. The task's first: tasks
     /// of one loop share a thread, and may leave in any order.)
     ///
-    /// A closer match wins, a live hold over an ended one of the same match. Of the
-    /// "any" matches, an ended record goes before a live hold: an exit from a thread
-    /// other than its `with`'s is told apart from nothing, and giving back a live hold
-    /// whose `with` still runs would let a second holder in, where keeping it a little
-    /// longer (until its own exit, which then takes the ended record) lets nobody in.
+    /// A closer match wins; of equal matches, an ended record goes before a live hold.
+    /// Equal matches cannot be told apart (two tasks of one name, nested `with`s of one
+    /// thread, an exit made from another thread than its `with`), and giving back a live
+    /// hold whose `with` still runs would let a second holder in, where keeping it a
+    /// little longer (until its own exit, which then takes the live hold) lets nobody in.
     pub fn release_scoped(&self, who: &Who) -> ScopedExit {
         let (mode, client) = (self.mode, self.client.id);
         // How closely a record matches `who`: 0 its task, 1 its thread, 2 any.
@@ -745,7 +747,7 @@ impl View<'_> {
                     .map(|x| ours(x.mode, x.client).then(|| level(&x.who))),
             );
             let take_live = match (live, ended) {
-                (Some((l, _)), Some((x, _))) => l < x || (l == x && l < 2),
+                (Some((l, _)), Some((x, _))) => l < x,
                 (live, _) => live.is_some(),
             };
             match (take_live, live, ended) {
@@ -1023,6 +1025,7 @@ impl MemoryClient {
                             // Its `with` will exit: see `EndedScoped`. The record pins
                             // the entry as the hold did (whose pin goes below).
                             e.ended.push(EndedScoped {
+                                fence: h.fence,
                                 mode: h.mode,
                                 client: h.client,
                                 who: h.who,
@@ -1045,6 +1048,20 @@ impl MemoryClient {
             }
         }
         ended
+    }
+
+    /// Take out the ended record of the scoped hold with this fence, if there is one: its
+    /// acquire failed, so no `with` will exit for it (see `end_holds`).
+    pub(crate) fn forget_ended(&self, key: &Key, fence: u64) {
+        let mut table = locked(self.scope.shard(key.hash()));
+        let Some(e) = table.find(key) else {
+            return;
+        };
+        let Some(i) = e.ended.iter().position(|x| x.fence == fence) else {
+            return;
+        };
+        e.ended.swap_remove(i);
+        table.unpin(key);
     }
 
     /// Whether anybody holds `key` (in either mode, recorded or not) or waits for it.
@@ -1245,6 +1262,36 @@ mod tests {
             assert_eq!(v.release_scoped(&who(1, None)), ScopedExit::NotHeld);
             assert!(scope.query("").is_empty());
         }
+        // Two tasks of one name on one thread (anyio names every task by its function):
+        // the first's hold ended, the second holds. Whichever exits first takes the ended
+        // record; the live hold goes with the other exit.
+        for mode in [Mode::Exclusive, Mode::Shared] {
+            let v = view(&client, "x", mode);
+            assert!(v.try_lock());
+            let fence = v.record(true, who(1, Some("worker"))).unwrap();
+            assert_eq!(client.end_holds(&key, &lost(), fence), 1);
+            assert!(v.try_lock());
+            v.record(true, who(1, Some("worker"))).unwrap();
+            assert_eq!(v.release_scoped(&who(1, Some("worker"))), ScopedExit::Ended);
+            assert!(v.is_locked(), "{mode:?}: a tie released the live hold");
+            assert_eq!(
+                v.release_scoped(&who(1, Some("worker"))),
+                ScopedExit::Released
+            );
+            assert!(!v.is_locked());
+        }
+        // A hold ended as it was recorded (its acquire fails, so no exit comes): its
+        // ended record goes, and a later exit from another thread finds the live hold.
+        let v = view(&client, "x", Mode::Shared);
+        assert!(v.try_lock());
+        let fence = v.record(true, who(1, None)).unwrap();
+        assert_eq!(client.end_holds(&key, &lost(), fence), 1);
+        client.forget_ended(&key, fence);
+        assert!(v.try_lock());
+        v.record(true, who(2, None)).unwrap();
+        assert_eq!(v.release_scoped(&who(3, None)), ScopedExit::Released);
+        assert!(!v.is_locked());
+        assert!(scope.query("").is_empty());
         // An ended record pins its entry until its exit, or its client's close.
         let v = view(&client, "x", Mode::Exclusive);
         assert!(v.try_lock());

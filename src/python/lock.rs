@@ -95,6 +95,8 @@ macro_rules! lock_methods {
             }
 
             /// True while the lock is held (in this view's mode, for a ``SharableLock`` view).
+            ///
+            /// A named lock of a manager made before ``fork()`` raises ``BackendError`` in the child.
             fn locked(&self, py: Python<'_>) -> PyResult<bool> {
                 $crate::python::acquire::answerable(py, self.kind())?;
                 Ok($crate::python::kind::Kind::is_locked(self.kind()))
@@ -103,7 +105,8 @@ macro_rules! lock_methods {
             /// A snapshot: ``locked``, ``holders`` (in this view's mode) and ``waiting`` (on the lock).
             ///
             /// See ``LockStatistics``. Both views of a ``SharableLock`` report the same
-            /// ``waiting``: the lock has one queue. Nothing is waited for or changed.
+            /// ``waiting``: the lock has one queue. Nothing is waited for or changed. A named lock
+            /// of a manager made before ``fork()`` raises ``BackendError`` in the child.
             fn statistics(&self, py: Python<'_>) -> PyResult<$crate::python::stats::PyLockStatistics> {
                 $crate::python::acquire::answerable(py, self.kind())?;
                 Ok($crate::python::kind::Kind::statistics(self.kind()).into())

@@ -450,7 +450,7 @@ impl PyNamedSharableLock {
 
     /// A snapshot of the whole lock, across every client of the scope: ``locked`` in either
     /// mode, ``holders`` (one writer or the readers) and ``waiting`` (both modes share one
-    /// queue).
+    /// queue). For a manager made before ``fork()``, ``BackendError`` in the child.
     fn statistics(&self, py: Python<'_>) -> PyResult<crate::python::stats::PyLockStatistics> {
         super::acquire::answerable(py, &self.exclusive.get().view)?;
         Ok(crate::core::stats::Statistics::of_both(
