@@ -387,6 +387,7 @@ def test_on_cancel_exception_goes_to_unraisablehook(monkeypatch):
     assert seen[1][0] is ValueError
 
 
+@pytest.mark.usefixtures("default_sigint")
 def test_a_ctrl_c_in_an_on_cancel_function_comes_out_of_cancel(monkeypatch):
     # A Ctrl-C that arrives while a callback runs raises KeyboardInterrupt in it: it must
     # reach the program, not sys.unraisablehook. Every callback still runs; the first
