@@ -423,6 +423,13 @@ def _holding_pid(admin: Admin, app: str, name: str) -> int:
     return int(rows[0][0])
 
 
+def _terminate_holder(admin: Admin, app: str, name: str) -> None:
+    """End, on the server, the one session of ``app`` that holds ``name``."""
+    with admin.cursor() as cur:
+        cur.execute("SELECT pg_terminate_backend(%s)", (_holding_pid(admin, app, name),))
+        assert cur.fetchone() == (True,)
+
+
 @pytest.mark.parametrize("held_as", ["lock", "shared"])
 def test_terminating_the_holders_session_loses_the_hold_and_hands_the_name_on(
     held_as: str, admin: Admin, tag: str, make: Make
@@ -575,7 +582,6 @@ def test_the_exit_of_a_with_whose_hold_was_lost_gives_back_no_other_with(
     holder, other = make("holder"), make("other")
     name = "t:with"
     lock = view(holder, name, held_as)
-    probe = holder.sharable_lock(name).exclusive
     inside, leave = threading.Event(), threading.Event()
     second_raised: list[BaseException] = []
 
@@ -589,18 +595,11 @@ def test_the_exit_of_a_with_whose_hold_was_lost_gives_back_no_other_with(
 
     def free_here() -> bool:
         # The first `with`'s hold ended in the manager, which took the name again.
-        unlock = probe.try_acquire()
-        if unlock is not None:
-            unlock()
-        return unlock is not None
+        return take_and_release(holder, name)
 
     def lose_the_hold() -> None:
         assert not free_here()
-        with admin.cursor() as cur:
-            cur.execute(
-                "SELECT pg_terminate_backend(%s)", (_holding_pid(admin, f"{tag}-holder", name),)
-            )
-            assert cur.fetchone() == (True,)
+        _terminate_holder(admin, f"{tag}-holder", name)
         assert wait_until(free_here, LOST_WITHIN), "the lost hold never ended"
 
     thread = threading.Thread(target=second, daemon=True)
@@ -636,7 +635,6 @@ async def test_the_exit_of_a_lost_async_with_gives_back_no_hold_of_a_task_of_its
     holder, other = make("holder"), make("other")
     name = "t:tasks"
     lock = view(holder, name, held_as)
-    probe = holder.sharable_lock(name).exclusive
     entered = [asyncio.Event(), asyncio.Event()]
     leave = [asyncio.Event(), asyncio.Event()]
 
@@ -645,21 +643,11 @@ async def test_the_exit_of_a_lost_async_with_gives_back_no_hold_of_a_task_of_its
             entered[i].set()
             await asyncio.wait_for(leave[i].wait(), PATIENCE)
 
-    def free_here() -> bool:
-        unlock = probe.try_acquire()
-        if unlock is not None:
-            unlock()
-        return unlock is not None
-
     first = asyncio.create_task(hold(0), name="worker")
     await asyncio.wait_for(entered[0].wait(), PATIENCE)
-    with admin.cursor() as cur:
-        cur.execute(
-            "SELECT pg_terminate_backend(%s)", (_holding_pid(admin, f"{tag}-holder", name),)
-        )
-        assert cur.fetchone() == (True,)
+    _terminate_holder(admin, f"{tag}-holder", name)
     end = time.monotonic() + LOST_WITHIN
-    while not free_here():
+    while not take_and_release(holder, name):
         assert time.monotonic() < end, "the lost hold never ended"
         await asyncio.sleep(0.02)
     second = asyncio.create_task(hold(1), name="worker")

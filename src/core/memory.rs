@@ -1212,12 +1212,18 @@ mod tests {
             thread,
             task: task.map(Arc::from),
         };
+        // A `with` hold of `by`, taken and recorded, then ended as its wider grant is
+        // lost: its fence.
+        let hold_and_lose = |v: &NamedView, by: Who| {
+            assert!(v.try_lock());
+            let fence = v.record(true, by).unwrap();
+            assert_eq!(client.end_holds(&key, &lost(), fence), 1);
+            fence
+        };
         for mode in [Mode::Exclusive, Mode::Shared] {
             let v = view(&client, "x", mode);
             // Thread 1's `with` hold ends (its wider grant was lost).
-            assert!(v.try_lock());
-            let fence = v.record(true, who(1, None)).unwrap();
-            assert_eq!(client.end_holds(&key, &lost(), fence), 1);
+            hold_and_lose(&v, who(1, None));
             assert!(!v.is_locked());
             // Another `with` of the client: thread 2's, then a task on thread 1.
             assert!(v.try_lock());
@@ -1233,9 +1239,7 @@ mod tests {
             assert_eq!(v.release_scoped(&who(2, None)), ScopedExit::NotHeld);
             // A task's ended hold on a thread that also runs a live `with` of another
             // task: the task's exit takes its own record, the other task keeps its hold.
-            assert!(v.try_lock());
-            let fence = v.record(true, who(1, Some("t1"))).unwrap();
-            assert_eq!(client.end_holds(&key, &lost(), fence), 1);
+            hold_and_lose(&v, who(1, Some("t1")));
             assert!(v.try_lock());
             v.record(true, who(1, Some("t2"))).unwrap();
             assert_eq!(v.release_scoped(&who(1, Some("t1"))), ScopedExit::Ended);
@@ -1267,9 +1271,7 @@ mod tests {
         // record; the live hold goes with the other exit.
         for mode in [Mode::Exclusive, Mode::Shared] {
             let v = view(&client, "x", mode);
-            assert!(v.try_lock());
-            let fence = v.record(true, who(1, Some("worker"))).unwrap();
-            assert_eq!(client.end_holds(&key, &lost(), fence), 1);
+            hold_and_lose(&v, who(1, Some("worker")));
             assert!(v.try_lock());
             v.record(true, who(1, Some("worker"))).unwrap();
             assert_eq!(v.release_scoped(&who(1, Some("worker"))), ScopedExit::Ended);
@@ -1283,9 +1285,7 @@ mod tests {
         // A hold ended as it was recorded (its acquire fails, so no exit comes): its
         // ended record goes, and a later exit from another thread finds the live hold.
         let v = view(&client, "x", Mode::Shared);
-        assert!(v.try_lock());
-        let fence = v.record(true, who(1, None)).unwrap();
-        assert_eq!(client.end_holds(&key, &lost(), fence), 1);
+        let fence = hold_and_lose(&v, who(1, None));
         client.forget_ended(&key, fence);
         assert!(v.try_lock());
         v.record(true, who(2, None)).unwrap();
@@ -1294,9 +1294,7 @@ mod tests {
         assert!(scope.query("").is_empty());
         // An ended record pins its entry until its exit, or its client's close.
         let v = view(&client, "x", Mode::Exclusive);
-        assert!(v.try_lock());
-        let fence = v.record(true, who(1, None)).unwrap();
-        assert_eq!(client.end_holds(&key, &lost(), fence), 1);
+        hold_and_lose(&v, who(1, None));
         let pins = || locked(scope.shard(key.hash())).find(&key).map(|e| e.pins);
         assert_eq!(pins(), Some(1));
         client.close_all(Arc::new("closed"));
