@@ -854,6 +854,12 @@ test_query_lists_the_holds_and_waiters_of_every_manager = (
 test_query_names_the_task_that_holds_or_waits = (
     contract.test_query_names_the_task_that_holds_or_waits
 )
+test_a_hold_handed_to_a_task_that_has_not_run_yet_shows_as_its_hold = (
+    contract.test_a_hold_handed_to_a_task_that_has_not_run_yet_shows_as_its_hold
+)
+test_a_task_cancelled_before_it_took_its_handed_hold_gives_it_back = (
+    contract.test_a_task_cancelled_before_it_took_its_handed_hold_gives_it_back
+)
 test_query_names_the_task_still_inside_async_with = (
     contract.test_query_names_the_task_still_inside_async_with
 )

@@ -1360,6 +1360,56 @@ async def test_query_names_the_task_that_holds_or_waits(ns: str, managers: Manag
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("releaser", ["same manager", "other manager"])
+async def test_a_hold_handed_to_a_task_that_has_not_run_yet_shows_as_its_hold(
+    ns: str, managers: Managers, releaser: str
+) -> None:
+    # The task takes its hold up only when the event loop next runs it. Until then the
+    # name is its: query() names it as the holder, and every client sees the name locked.
+    mgr, other = managers(2)
+    tag = uuid.uuid4().hex[:8]
+    holder = (mgr if releaser == "same manager" else other).lock(ns + "a").acquire()
+    task = asyncio.create_task(
+        mgr.lock(ns + "a").acquire_async(deadline=PATIENCE * 2), name=f"arriving-{tag}"
+    )
+    try:
+        assert await until(lambda: mgr.lock(ns + "a").statistics().waiting == 1)
+        holder()
+        # No await from here on: the task cannot run, whoever hands it the name.
+
+        def shown() -> list[tuple[str, bool]]:
+            return [(i.state, f"arriving-{tag}" in i.owner) for i in mgr.query(ns)]
+
+        assert wait_until(lambda: shown() == [("held", True)]), shown()
+        assert [i.state for i in other.query(ns)] == ["held"]
+        for m in (mgr, other):
+            stats = m.lock(ns + "a").statistics()
+            assert (stats.locked, stats.holders, stats.waiting) == (True, 1, 0), stats
+        assert_taken(other.lock(ns + "a"))
+    finally:
+        (await bounded(task))()
+    assert mgr.query(ns) == [] and other.query(ns) == []
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("releaser", ["same manager", "other manager"])
+async def test_a_task_cancelled_before_it_took_its_handed_hold_gives_it_back(
+    ns: str, managers: Managers, releaser: str
+) -> None:
+    mgr, other = managers(2)
+    holder = (mgr if releaser == "same manager" else other).lock(ns + "a").acquire()
+    task = asyncio.create_task(mgr.lock(ns + "a").acquire_async(deadline=PATIENCE * 2))
+    assert await until(lambda: mgr.lock(ns + "a").statistics().waiting == 1)
+    holder()
+    assert wait_until(lambda: [i.state for i in mgr.query(ns)] == ["held"]), mgr.query(ns)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await bounded(task)
+    assert mgr.query(ns) == [] and other.query(ns) == []
+    other.lock(ns + "a").acquire(deadline=0)()
+
+
+@pytest.mark.asyncio
 async def test_query_names_the_task_still_inside_async_with(ns: str, managers: Managers) -> None:
     # Two tasks of one loop hold the shared mode by ``async with`` and leave in the order
     # they came in: the hold left is the second task's, and query() says so.

@@ -432,14 +432,16 @@ class LockInfo:
         """``"exclusive"`` or ``"shared"``."""
     @property
     def state(self) -> str:
-        """``"held"`` or ``"waiting"``."""
+        """``"held"`` or ``"waiting"``. A hold handed to a waiter that has not taken it up
+        yet (a task its event loop has not run since) is ``"held"``."""
     @property
     def owner(self) -> str:
         """Who: ``"host:pid"``, then the thread's name (and the task's, where known)."""
     @property
     def since(self) -> float:
         """When the hold was granted or the wait began (a ``time.time()`` timestamp; a grant's
-        is read from the coarse clock, up to one clock tick, a few ms, early).
+        is read from the coarse clock, up to one clock tick, a few ms, early). For a hold
+        not yet taken up, when its wait began.
         """
 
 @final

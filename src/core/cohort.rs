@@ -39,18 +39,19 @@ pub(crate) struct Ticket {
     /// Set (under the gatekeeper's mutex) when the gate was entered for it.
     pub granted: AtomicBool,
     pub who: Who,
+    /// When its holder began to wait (locally first, for one that did).
     pub since: f64,
 }
 
 impl Ticket {
-    pub fn new(mode: Mode, notify: Notify, own: bool, who: Who) -> Arc<Ticket> {
+    pub fn new(mode: Mode, notify: Notify, own: bool, who: Who, since: f64) -> Arc<Ticket> {
         Arc::new(Ticket {
             mode,
             notify,
             own,
             granted: AtomicBool::new(false),
             who,
-            since: super::named::now(),
+            since,
         })
     }
 
@@ -67,16 +68,58 @@ impl Ticket {
     }
 }
 
+/// Holds whose gate another thread entered for a local holder (a ticket granted by the
+/// agent or by a releasing thread, a task's local hand-off), until that holder takes
+/// them up. The hold's record is made only then, and a task takes it up only when its
+/// event loop comes to it: without these, `query()` and `locked()` would show nobody
+/// holding the name meanwhile, to this process and to the others.
+///
+/// Invariant: a ticket is here from its grant by another thread until its waiter sees
+/// the grant (`status`, `abandon`) or is dropped, never after; each is listed once.
+pub(crate) struct Arrivals(Mutex<Vec<(Arc<str>, Arc<Ticket>)>>);
+
+impl Arrivals {
+    pub const fn new() -> Arrivals {
+        Arrivals(Mutex::new(Vec::new()))
+    }
+
+    fn list(&self) -> MutexGuard<'_, Vec<(Arc<str>, Arc<Ticket>)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `ticket` of the gate `name` was granted by a thread other than its waiter's.
+    pub fn add(&self, name: &Arc<str>, ticket: &Arc<Ticket>) {
+        self.list().push((name.clone(), ticket.clone()));
+    }
+
+    /// Its waiter saw the grant (nothing to do if it was granted by the waiter itself).
+    fn remove(&self, ticket: &Arc<Ticket>) {
+        let mut list = self.list();
+        if let Some(i) = list.iter().position(|(_, t)| Arc::ptr_eq(t, ticket)) {
+            list.swap_remove(i);
+        }
+    }
+}
+
 /// What a wider scope does for a manager's gates: the one thing that differs between
 /// the file scope and the PostgreSQL scope.
 pub(crate) trait Gatekeeper: Send + Sync + Sized + 'static {
     /// The manager's private in-process scope.
     fn local(&self) -> &Arc<MemoryClient>;
+    /// The holds granted to local holders that have not taken them up yet.
+    fn arrivals(&self) -> &Arrivals;
     /// Enter `key`'s gate now for one local holder that just took the name locally.
     fn enter_now(&self, key: &Key, mode: Mode) -> bool;
-    /// Leave a ticket for a local holder that could not enter (`None`: the manager shut
-    /// down; its holder finds the failure).
-    fn register(&self, key: &Key, mode: Mode, notify: Notify, who: Who) -> Option<Arc<Ticket>>;
+    /// Leave a ticket for a local holder that could not enter, waiting since `since`
+    /// (`None`: the manager shut down; its holder finds the failure).
+    fn register(
+        &self,
+        key: &Key,
+        mode: Mode,
+        notify: Notify,
+        who: Who,
+        since: f64,
+    ) -> Option<Arc<Ticket>>;
     /// Take a ticket back (its holder gives up). False if it was granted first.
     fn withdraw(&self, key: &Key, ticket: &Arc<Ticket>) -> bool;
     /// A local hold that entered the gate ended (its local release done).
@@ -152,15 +195,30 @@ pub(crate) fn forked_failure() -> Failure {
     )
 }
 
-/// A manager's own records for `query()`: its private scope's holds and waits, and the
-/// tickets at its gates (each gate's name and tickets), whose name starts with `prefix`.
+/// A manager's own records for `query()`: its private scope's holds and waits, the holds
+/// not yet taken up (`arrivals`) and the tickets at its gates (each gate's name and
+/// tickets), whose name starts with `prefix`.
 pub(crate) fn local_infos<'a>(
     local: &MemoryClient,
     prefix: &str,
+    arrivals: &Arrivals,
     gates: impl Iterator<Item = (&'a Arc<str>, &'a [Arc<Ticket>])>,
 ) -> Vec<Info> {
     let mut out = local.query(prefix);
     let pid = std::process::id();
+    for (name, t) in arrivals.list().iter() {
+        if name.starts_with(prefix) {
+            out.push(Info {
+                name: name.clone(),
+                mode: t.mode,
+                held: true,
+                who: t.who.clone(),
+                pid,
+                host: None,
+                since: t.since,
+            });
+        }
+    }
     for (name, tickets) in gates.filter(|(name, _)| name.starts_with(prefix)) {
         out.extend(tickets.iter().map(|t| Info {
             name: name.clone(),
@@ -224,6 +282,8 @@ struct Waiting<K: Gatekeeper> {
     /// How the acquire is woken.
     notify: Notify,
     who: Who,
+    /// When the acquire began to wait.
+    since: f64,
     stage: Mutex<Stage>,
 }
 
@@ -233,7 +293,9 @@ enum Stage {
     Starting { woken: bool },
     /// Waiting in the local scope.
     Local(Box<dyn RawWaiter>),
-    /// Holding locally, waiting at the gate (no ticket: the manager shut down).
+    /// Holding locally, waiting at the gate (no ticket: the manager shut down), or
+    /// entered for it by another thread (the ticket granted, and in `Arrivals` until the
+    /// waiter sees it).
     Gate(Option<Arc<Ticket>>),
     /// Holding, gate entered.
     Held,
@@ -271,7 +333,8 @@ impl<K: Gatekeeper> Waiting<K> {
         if k.enter_now(&self.key, self.mode) {
             return Stage::Held;
         }
-        Stage::Gate(k.register(&self.key, self.mode, self.notify.clone(), self.who.clone()))
+        let (notify, who) = (self.notify.clone(), self.who.clone());
+        Stage::Gate(k.register(&self.key, self.mode, notify, who, self.since))
     }
 
     /// Where the wait stands once the local scope says `local`: a local grant goes on to
@@ -294,6 +357,22 @@ impl<K: Gatekeeper> Waiting<K> {
         self.client.keeper.settle_key(&self.key);
     }
 
+    /// A granted ticket for the gate this thread just entered for the waiter, listed in
+    /// `Arrivals` until the waiter sees it.
+    fn arrived(&self) -> Arc<Ticket> {
+        let (notify, who) = (self.notify.clone(), self.who.clone());
+        let ticket = Ticket::new(self.mode, notify, false, who, self.since);
+        ticket.grant();
+        let arrivals = self.client.keeper.arrivals();
+        arrivals.add(&self.key.to_arc(), &ticket);
+        ticket
+    }
+
+    /// The waiter saw that its ticket was granted: it is no longer listed as arriving.
+    fn saw_grant(&self, ticket: &Arc<Ticket>) {
+        self.client.keeper.arrivals().remove(ticket);
+    }
+
     /// The local scope woke a task's acquire (see `LocalBell`).
     fn advance(&self) {
         let mut stage = self.stage();
@@ -305,7 +384,12 @@ impl<K: Gatekeeper> Waiting<K> {
             Stage::Local(w) => {
                 let local = w.status();
                 match self.after_local(&mut stage, local) {
-                    Status::Granted | Status::Retry => true,
+                    Status::Granted => {
+                        // Entered here for the task, which takes it up when it runs.
+                        *stage = Stage::Gate(Some(self.arrived()));
+                        true
+                    }
+                    Status::Retry => true,
                     // Still waiting (locally or at the gate): woken only if its manager
                     // closed (or failed) meanwhile.
                     Status::Waiting => Session::failure(&*self.client).is_some(),
@@ -316,6 +400,17 @@ impl<K: Gatekeeper> Waiting<K> {
         drop(stage);
         if wake {
             self.notify.wake();
+        }
+    }
+}
+
+impl<K: Gatekeeper> Drop for Waiting<K> {
+    /// A waiter dropped before it looked at its granted ticket (its caller gone) is no
+    /// longer arriving.
+    fn drop(&mut self) {
+        let stage = self.stage.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Stage::Gate(Some(t)) = &*stage {
+            self.client.keeper.arrivals().remove(t);
         }
     }
 }
@@ -331,6 +426,7 @@ impl<K: Gatekeeper> RawWaiter for CohortWaiter<K> {
             }
             Stage::Gate(Some(t)) => {
                 if t.is_granted() {
+                    w.saw_grant(t);
                     *stage = Stage::Held;
                     Status::Granted
                 } else {
@@ -357,10 +453,13 @@ impl<K: Gatekeeper> RawWaiter for CohortWaiter<K> {
                 true
             }
             Stage::Gate(Some(t)) => {
-                if w.client.keeper.withdraw(&w.key, &t) {
+                // A granted ticket is checked first: a closed manager's `withdraw` cannot
+                // tell.
+                if !t.is_granted() && w.client.keeper.withdraw(&w.key, &t) {
                     w.give_back();
                     true
                 } else {
+                    w.saw_grant(&t);
                     *stage = Stage::Held;
                     false
                 }
@@ -444,6 +543,7 @@ impl<K: Gatekeeper> Session for Cohort<K> {
             mode,
             notify: notify.clone(),
             who: who.clone(),
+            since: super::named::now(),
             stage: Mutex::new(Stage::Starting { woken: false }),
         });
         let local_notify = match notify {
@@ -472,7 +572,10 @@ impl<K: Gatekeeper> Session for Cohort<K> {
                 if self.keeper.enter_now(key, mode) {
                     return Enqueued::Acquired;
                 }
-                let ticket = self.keeper.register(key, mode, waiting.notify.clone(), who);
+                let since = waiting.since;
+                let ticket = self
+                    .keeper
+                    .register(key, mode, waiting.notify.clone(), who, since);
                 *waiting.stage() = Stage::Gate(ticket);
             }
         }

@@ -116,6 +116,8 @@ struct Keeper {
     /// This manager's client entry in the table.
     me: usize,
     local: Arc<MemoryClient>,
+    /// Holds granted to its local holders that they have not taken up yet.
+    arrivals: super::cohort::Arrivals,
     gates: Mutex<Gates>,
     stop: AtomicBool,
     /// Set when a system call on the table failed: every acquire fails with it.
@@ -487,6 +489,8 @@ impl Keeper {
             if !pick(t) {
                 return true;
             }
+            // Listed as arriving before the grant its waiter may see (`Arrivals`).
+            self.arrivals.add(&g.name, t);
             t.grant();
             own |= t.own;
             wake.push(t.clone());
@@ -546,9 +550,16 @@ impl Keeper {
     }
 
     /// Leave a ticket for a local holder that could not enter; the agent enters for it.
-    fn register(&self, key: &Key, mode: Mode, notify: Notify, who: Who) -> Option<Arc<Ticket>> {
+    fn register(
+        &self,
+        key: &Key,
+        mode: Mode,
+        notify: Notify,
+        who: Who,
+        since: f64,
+    ) -> Option<Arc<Ticket>> {
         let own = matches!(notify, Notify::Thread(_));
-        let ticket = Ticket::new(mode, notify, own, who);
+        let ticket = Ticket::new(mode, notify, own, who, since);
         self.with_gate(key, |k, g| {
             g.tickets.push(ticket.clone());
             if let Some(s) = k.slot(g) {
@@ -655,7 +666,7 @@ impl Keeper {
     fn local_infos(&self, prefix: &str) -> Vec<Info> {
         let gates = self.gates();
         let tickets = gates.map.iter().map(|g| (&g.name, &g.tickets[..]));
-        super::cohort::local_infos(&self.local, prefix, tickets)
+        super::cohort::local_infos(&self.local, prefix, &self.arrivals, tickets)
     }
 
     /// The agent: publish this client's records when asked.
@@ -827,6 +838,7 @@ pub(crate) fn connect(dir: &std::path::Path) -> Result<Arc<dyn Session>, String>
         table,
         me,
         local,
+        arrivals: super::cohort::Arrivals::new(),
         gates: Mutex::new(Gates::default()),
         stop: AtomicBool::new(false),
         broken: OnceLock::new(),
@@ -854,12 +866,23 @@ impl Gatekeeper for Keeper {
         &self.local
     }
 
+    fn arrivals(&self) -> &super::cohort::Arrivals {
+        &self.arrivals
+    }
+
     fn enter_now(&self, key: &Key, mode: Mode) -> bool {
         Keeper::enter_now(self, key, mode)
     }
 
-    fn register(&self, key: &Key, mode: Mode, notify: Notify, who: Who) -> Option<Arc<Ticket>> {
-        Keeper::register(self, key, mode, notify, who)
+    fn register(
+        &self,
+        key: &Key,
+        mode: Mode,
+        notify: Notify,
+        who: Who,
+        since: f64,
+    ) -> Option<Arc<Ticket>> {
+        Keeper::register(self, key, mode, notify, who, since)
     }
 
     fn withdraw(&self, key: &Key, ticket: &Arc<Ticket>) -> bool {

@@ -335,6 +335,7 @@ impl MemoryScope {
     /// Every hold and waiter of every client whose name starts with `prefix`.
     fn query(&self, prefix: &str) -> Vec<Info> {
         let pid = std::process::id();
+        let private = self.is_private();
         let mut out = Vec::new();
         for shard in self.shards.iter() {
             let table = locked(shard);
@@ -351,10 +352,13 @@ impl MemoryScope {
                     host: None,
                     since: h.since,
                 }));
+                // A wait the lock was handed to, whose waiter has not taken it up yet (a
+                // task runs when its event loop comes to it), is a hold already. In a
+                // cohort's part of a wider scope it is not: the gate is entered after.
                 out.extend(e.waits.iter().map(|w| Info {
                     name: e.name.clone(),
                     mode: w.mode,
-                    held: false,
+                    held: !private && w.waiter.status() == GRANTED,
                     who: w.who.clone(),
                     pid,
                     host: None,

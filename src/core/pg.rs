@@ -322,6 +322,8 @@ pub(crate) struct Keeper {
     target: Arc<Target>,
     app: String,
     local: Arc<MemoryClient>,
+    /// Holds granted to its local holders that they have not taken up yet.
+    arrivals: super::cohort::Arrivals,
     fences: Arc<Fences>,
     gates: Mutex<Gates>,
     /// Wake-ups of tasks stop once the embedding finalizes (see `stop_agents`): read-held
@@ -1155,6 +1157,8 @@ impl Keeper {
     fn grant_all(&self, gates: &mut Gates, hash: u64, name: &str, wake: &mut Vec<Arc<Ticket>>) {
         let g = gate(gates, hash, name);
         for t in g.tickets.drain(..) {
+            // Listed as arriving before the grant its waiter may see (`Arrivals`).
+            self.arrivals.add(&g.name, &t);
             t.grant();
             wake.push(t);
         }
@@ -1651,7 +1655,7 @@ impl Keeper {
     fn local_infos(&self, prefix: &str) -> Vec<Info> {
         let gates = self.gates();
         let tickets = gates.map.iter().map(|g| (&g.name, &g.tickets[..]));
-        super::cohort::local_infos(&self.local, prefix, tickets)
+        super::cohort::local_infos(&self.local, prefix, &self.arrivals, tickets)
     }
 }
 
@@ -1687,6 +1691,10 @@ impl Gatekeeper for Keeper {
         &self.local
     }
 
+    fn arrivals(&self) -> &super::cohort::Arrivals {
+        &self.arrivals
+    }
+
     fn enter_now(&self, key: &Key, mode: Mode) -> bool {
         self.with_gate(key, |k, gates, hash| {
             k.enter(gates, hash, key.name(), mode, 1)
@@ -1694,8 +1702,15 @@ impl Gatekeeper for Keeper {
         .unwrap_or(false)
     }
 
-    fn register(&self, key: &Key, mode: Mode, notify: Notify, who: Who) -> Option<Arc<Ticket>> {
-        let ticket = Ticket::new(mode, notify, false, who);
+    fn register(
+        &self,
+        key: &Key,
+        mode: Mode,
+        notify: Notify,
+        who: Who,
+        since: f64,
+    ) -> Option<Arc<Ticket>> {
+        let ticket = Ticket::new(mode, notify, false, who, since);
         let mut wake = Vec::new();
         self.with_gate(key, |k, gates, hash| {
             let g = gate(gates, hash, key.name());
@@ -1917,6 +1932,7 @@ pub(crate) fn connect(url: &str) -> Result<(Arc<dyn Session>, String), PgError> 
         target: Arc::new(target),
         app,
         local,
+        arrivals: super::cohort::Arrivals::new(),
         fences,
         gates: Mutex::new(Gates::new()),
         wakes: RwLock::new(false),

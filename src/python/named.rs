@@ -233,12 +233,14 @@ pub(crate) struct PyLockInfo {
     name: String,
     /// ``"exclusive"`` or ``"shared"``.
     mode: &'static str,
-    /// ``"held"`` or ``"waiting"``.
+    /// ``"held"`` or ``"waiting"``. A hold handed to a waiter that has not taken it up
+    /// yet (a task its event loop has not run since) is ``"held"``.
     state: &'static str,
     /// Who: ``"host:pid"``, then the thread's name (and the task's, where known).
     owner: String,
     /// When the hold was granted or the wait began (a ``time.time()`` timestamp; a grant's
-    /// is read from the coarse clock, up to one clock tick, a few ms, early).
+    /// is read from the coarse clock, up to one clock tick, a few ms, early). For a hold
+    /// not yet taken up, when its wait began.
     since: f64,
 }
 
