@@ -727,6 +727,33 @@ async def test_a_task_waiting_for_a_slot_gets_one_its_manager_kept_idle(url: str
                 unlock()
 
 
+@pytest.mark.asyncio
+async def test_the_deadlock_check_knows_the_managers_of_the_same_directory_only(
+    url: str, tmp_path: Path
+) -> None:
+    here = LockManager(url)
+    os.symlink(tmp_path / "locks", tmp_path / "alias")
+    alias, elsewhere = LockManager(f"file://{tmp_path}/alias"), LockManager(f"file://{tmp_path}/b")
+    rescue = threading.Timer(PATIENCE, alias.close)
+    rescue.start()
+    try:
+        # The same directory by another path: a task's `async with` through it blocks
+        # this manager's blocking acquire forever, which raises instead.
+        async with alias.lock("a"):
+            with pytest.raises(RuntimeError, match=r"(?i)deadlock"):
+                here.lock("a").acquire()
+        # Another directory: its `async with` of the same name is no reason to raise;
+        # the acquire waits for this directory's holder, released by another thread.
+        held = here.lock("a").acquire()
+        threading.Timer(0.05, held).start()
+        async with elsewhere.lock("a"):
+            here.lock("a").acquire()()
+    finally:
+        rescue.cancel()
+        for m in (here, alias, elsewhere):
+            m.close()
+
+
 # --- the contract of every scope, on this one ---------------------------------------------------
 # The tests of test_lock_manager.py that take their managers from the ``managers`` fixture run
 # here with the fixture above: managers of this test's file url.
@@ -859,6 +886,9 @@ test_a_hold_handed_to_a_task_that_has_not_run_yet_shows_as_its_hold = (
 )
 test_a_task_cancelled_before_it_took_its_handed_hold_gives_it_back = (
     contract.test_a_task_cancelled_before_it_took_its_handed_hold_gives_it_back
+)
+test_a_blocking_acquire_behind_an_async_with_of_another_manager_raises = (
+    contract.test_a_blocking_acquire_behind_an_async_with_of_another_manager_raises
 )
 test_query_names_the_task_still_inside_async_with = (
     contract.test_query_names_the_task_still_inside_async_with
@@ -1808,6 +1838,46 @@ def test_query_lists_the_holds_and_waits_of_another_process(
         child.release("a")
         child.release("b")
         assert mgr.query("q:") == []
+
+
+def test_asking_a_stopped_process_lets_this_process_s_other_threads_run(
+    url: str, repls: Callable[[], Repl]
+) -> None:
+    # query(), locked() and statistics() wait for every live client's answer, up to a
+    # second for one that is stopped: with the GIL released, so that this process's other
+    # threads run meanwhile (one of them may be the agent a manager needs to answer).
+    child = repls()
+    child.acquire("a", "q:a")
+    os.kill(child.pid, signal.SIGSTOP)
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+            time.sleep(0.005)
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    try:
+        with LockManager(url) as mgr:
+            asks: list[Callable[[], object]] = [
+                lambda: mgr.query("q:"),
+                lambda: mgr.lock("q:a").locked(),
+                lambda: mgr.sharable_lock("q:a").statistics(),
+                lambda: repr(mgr.lock("q:a")),
+            ]
+            for ask in asks:
+                start = time.monotonic()
+                ask()
+                end = time.monotonic()
+                ran = sum(start < t < end for t in ticks)
+                assert ran >= 10, (ask, ran, end - start)
+    finally:
+        stop.set()
+        os.kill(child.pid, signal.SIGCONT)
+        ticker.join(PATIENCE)
+    child.release("a")
 
 
 def test_query_from_another_process_tells_the_thread_apart(

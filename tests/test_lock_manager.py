@@ -1441,6 +1441,30 @@ async def test_query_names_the_task_still_inside_async_with(ns: str, managers: M
     assert mgr.query(ns) == []
 
 
+@pytest.mark.asyncio
+@pytest.mark.parametrize("which", ["lock", "shared"])
+async def test_a_blocking_acquire_behind_an_async_with_of_another_manager_raises(
+    ns: str, managers: Managers, which: str
+) -> None:
+    # A task of this loop holds the name by `async with` through one manager; a blocking
+    # acquire with no deadline on the loop's thread, through another manager of the same
+    # scope, would wait for that task forever. (If it hangs, closing the holder's manager
+    # ends the wait with another error, and the test fails.)
+    holder, other = managers(2)
+    rescue = threading.Timer(PATIENCE, holder.close)
+    rescue.start()
+    try:
+        async with view(holder, ns + "a", "lock"):
+            with pytest.raises(RuntimeError, match=r"(?i)deadlock"):
+                view(other, ns + "a", which).acquire()
+            # With a deadline the wait ends by itself: no error but its own.
+            with pytest.raises(LockTimeout):
+                view(other, ns + "a", which).acquire(deadline=0.05)
+    finally:
+        rescue.cancel()
+    view(other, ns + "a", which).acquire(deadline=0)()
+
+
 def named_thread(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
     def run() -> Any:
         threading.current_thread().name = name

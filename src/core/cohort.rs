@@ -106,6 +106,11 @@ impl Arrivals {
 pub(crate) trait Gatekeeper: Send + Sync + Sized + 'static {
     /// The manager's private in-process scope.
     fn local(&self) -> &Arc<MemoryClient>;
+    /// The keepers of every manager of this kind of scope in the process.
+    fn keepers() -> &'static Keepers<Self>;
+    /// Whether `other` is a manager of the same locks (the same directory, the same
+    /// database). False when that cannot be told.
+    fn same_scope(&self, other: &Self) -> bool;
     /// The holds granted to local holders that have not taken them up yet.
     fn arrivals(&self) -> &Arrivals;
     /// Enter `key`'s gate now for one local holder that just took the name locally.
@@ -179,6 +184,11 @@ impl<K> Keepers<K> {
         list.push(Arc::downgrade(keeper));
     }
 
+    /// Every keeper still alive.
+    pub fn alive(&self) -> Vec<Arc<K>> {
+        self.list().iter().filter_map(|k| k.upgrade()).collect()
+    }
+
     /// Every keeper still alive, forgotten here.
     pub fn take(&self) -> Vec<Arc<K>> {
         self.list().drain(..).filter_map(|k| k.upgrade()).collect()
@@ -246,16 +256,11 @@ impl<K: Gatekeeper> Cohort<K> {
     /// Take up a hold just taken (locally and at the gate): record it, or give it back.
     fn take_up(&self, key: &Key, mode: Mode, scoped: bool, who: Who) -> Result<u64, Failure> {
         match self.local().record(key, mode, scoped, who) {
+            // Ended already (its departure from the gate counted, and no ended record
+            // left for a `with` that will not exit): the acquire fails.
             Ok(fence) => match self.keeper.recorded(key, fence) {
                 None => Ok(fence),
-                // Ended already (its departure from the gate counted). The acquire fails,
-                // so a `with` never exits for it: its ended record goes now.
-                Some(f) => {
-                    if scoped {
-                        self.local().forget_ended(key, fence);
-                    }
-                    Err(f)
-                }
+                Some(f) => Err(f),
             },
             Err(f) => {
                 // The record gave the local hold back already.
@@ -634,11 +639,24 @@ impl<K: Gatekeeper> Session for Cohort<K> {
     }
 
     fn has_tagged_hold(&self, key: &Key, mode: Mode, tag: u64) -> bool {
-        self.local().has_tagged_hold(key, mode, tag)
+        if self.local().has_tagged_hold(key, mode, tag) {
+            return true;
+        }
+        // Another manager of the same scope in this process: an `async with` hold of its
+        // blocks this wait as well, and is released only on the same event loop.
+        K::keepers().alive().iter().any(|k| {
+            !std::ptr::eq(&**k, &*self.keeper)
+                && k.local().has_tagged_hold(key, mode, tag)
+                && k.same_scope(&self.keeper)
+        })
     }
 
     fn query(&self, prefix: &str) -> Vec<Info> {
         self.keeper.collect(prefix)
+    }
+
+    fn asks_others(&self) -> bool {
+        true
     }
 
     fn close(&self, reason: Reason) -> usize {

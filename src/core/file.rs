@@ -870,6 +870,14 @@ impl Gatekeeper for Keeper {
         &self.arrivals
     }
 
+    fn keepers() -> &'static Keepers<Self> {
+        &KEEPERS
+    }
+
+    fn same_scope(&self, other: &Self) -> bool {
+        self.table.same_file(&other.table)
+    }
+
     fn enter_now(&self, key: &Key, mode: Mode) -> bool {
         Keeper::enter_now(self, key, mode)
     }

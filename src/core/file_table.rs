@@ -218,6 +218,19 @@ fn allocate(file: &std::fs::File) -> io::Result<()> {
 }
 
 impl Table {
+    /// Whether `other` is a mapping of the same file (the same directory, however its
+    /// path was spelled).
+    pub fn same_file(&self, other: &Table) -> bool {
+        let id = |t: &Table| {
+            // SAFETY: a `stat` is plain integers, for which all zeros is a value.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: `fd` is this table's open descriptor; `fstat` writes only `st`.
+            let ok = unsafe { libc::fstat(t.fd.as_raw_fd(), &mut st) } == 0;
+            ok.then_some((st.st_dev, st.st_ino))
+        };
+        matches!((id(self), id(other)), (Some(a), Some(b)) if a == b)
+    }
+
     /// Open (making it if needed) the table of the directory `dir`.
     pub fn open(dir: &Path) -> Result<Table, String> {
         std::fs::create_dir_all(dir).map_err(|e| os_err("create the lock directory", dir, e))?;

@@ -59,8 +59,6 @@ struct HoldRecord {
 /// lost (`MemoryClient::end_holds`). Kept until that exit comes, so that the exit finds
 /// it instead of giving back the hold of another `with` of the client still running.
 struct EndedScoped {
-    /// The fence the hold had (see `MemoryClient::forget_ended`).
-    fence: u64,
     mode: Mode,
     client: u64,
     who: Who,
@@ -1015,8 +1013,17 @@ impl MemoryClient {
     /// `lost` token is cancelled with `reason` and the name goes to the next local
     /// waiter. For a wider scope whose own hold of the name ended without a release (a
     /// lost database session): its fences grow from one server hold to the next, so the
-    /// holds of a later one are left alone. Returns how many ended.
-    pub(crate) fn end_holds(&self, key: &Key, reason: &Reason, through: u64) -> usize {
+    /// holds of a later one are left alone. A scoped hold leaves an ended record for its
+    /// `with`'s exit, except the one whose fence is `being_recorded`: its acquire, still
+    /// running, fails, so no exit will come for it (and no other exit may take a record
+    /// of it meanwhile). Returns how many ended.
+    pub(crate) fn end_holds(
+        &self,
+        key: &Key,
+        reason: &Reason,
+        through: u64,
+        being_recorded: Option<u64>,
+    ) -> usize {
         let mut releases = Vec::new();
         {
             let mut table = locked(self.scope.shard(key.hash()));
@@ -1025,11 +1032,10 @@ impl MemoryClient {
                 while i < e.holds.len() {
                     if e.holds[i].client == self.id && e.holds[i].fence <= through {
                         let h = e.holds.swap_remove(i);
-                        if h.scoped {
+                        if h.scoped && being_recorded != Some(h.fence) {
                             // Its `with` will exit: see `EndedScoped`. The record pins
                             // the entry as the hold did (whose pin goes below).
                             e.ended.push(EndedScoped {
-                                fence: h.fence,
                                 mode: h.mode,
                                 client: h.client,
                                 who: h.who,
@@ -1052,20 +1058,6 @@ impl MemoryClient {
             }
         }
         ended
-    }
-
-    /// Take out the ended record of the scoped hold with this fence, if there is one: its
-    /// acquire failed, so no `with` will exit for it (see `end_holds`).
-    pub(crate) fn forget_ended(&self, key: &Key, fence: u64) {
-        let mut table = locked(self.scope.shard(key.hash()));
-        let Some(e) = table.find(key) else {
-            return;
-        };
-        let Some(i) = e.ended.iter().position(|x| x.fence == fence) else {
-            return;
-        };
-        e.ended.swap_remove(i);
-        table.unpin(key);
     }
 
     /// Whether anybody holds `key` (in either mode, recorded or not) or waits for it.
@@ -1221,7 +1213,7 @@ mod tests {
         let hold_and_lose = |v: &NamedView, by: Who| {
             assert!(v.try_lock());
             let fence = v.record(true, by).unwrap();
-            assert_eq!(client.end_holds(&key, &lost(), fence), 1);
+            assert_eq!(client.end_holds(&key, &lost(), fence, None), 1);
             fence
         };
         for mode in [Mode::Exclusive, Mode::Shared] {
@@ -1253,7 +1245,7 @@ mod tests {
             if mode == Mode::Shared {
                 let fence = v.record(true, who(4, None)).unwrap();
                 // t2's hold too is of that grant; both end.
-                assert_eq!(client.end_holds(&key, &lost(), fence), 2);
+                assert_eq!(client.end_holds(&key, &lost(), fence, None), 2);
                 assert!(v.try_lock());
                 v.record(true, who(5, None)).unwrap();
                 assert_eq!(v.release_scoped(&who(9, None)), ScopedExit::Ended);
@@ -1286,11 +1278,12 @@ mod tests {
             );
             assert!(!v.is_locked());
         }
-        // A hold ended as it was recorded (its acquire fails, so no exit comes): its
-        // ended record goes, and a later exit from another thread finds the live hold.
+        // A hold ended as it was recorded (its acquire fails, so no exit comes) leaves no
+        // ended record: a later exit from another thread finds the live hold.
         let v = view(&client, "x", Mode::Shared);
-        let fence = hold_and_lose(&v, who(1, None));
-        client.forget_ended(&key, fence);
+        assert!(v.try_lock());
+        let fence = v.record(true, who(1, None)).unwrap();
+        assert_eq!(client.end_holds(&key, &lost(), fence, Some(fence)), 1);
         assert!(v.try_lock());
         v.record(true, who(2, None)).unwrap();
         assert_eq!(v.release_scoped(&who(3, None)), ScopedExit::Released);

@@ -74,6 +74,11 @@ pub trait Session: Send + Sync {
     fn has_tagged_hold(&self, key: &Key, mode: Mode, tag: u64) -> bool;
     /// Every hold and waiter of every client whose name starts with `prefix`.
     fn query(&self, prefix: &str) -> Vec<Info>;
+    /// Whether `statistics` and `query` ask other processes (and so may wait for them);
+    /// otherwise they answer from this process's tables at once.
+    fn asks_others(&self) -> bool {
+        false
+    }
     /// End this client: its holds end (their `lost` cancelled with `reason`), its
     /// waiters and later acquires fail. Returns how many holds ended; idempotent (a call
     /// made while another ends the holds returns once they have ended).
@@ -394,6 +399,11 @@ impl NamedView {
 
     pub fn is_locked(&self) -> bool {
         self.statistics().locked
+    }
+
+    /// See [`Session::asks_others`].
+    pub fn asks_others(&self) -> bool {
+        self.session.asks_others()
     }
 
     /// See [`Session::unanswerable`].

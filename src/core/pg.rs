@@ -595,6 +595,12 @@ impl Keeper {
     /// the one given with the name: the holds of that server hold), then let their local
     /// waiters try again.
     fn lose(&self, keys: Vec<(Key, u64)>, why: &Failure) {
+        self.lose_recording(keys, why, None)
+    }
+
+    /// `lose`, from the acquire that is recording the hold with fence `being_recorded`
+    /// (see `MemoryClient::end_holds`).
+    fn lose_recording(&self, keys: Vec<(Key, u64)>, why: &Failure, being_recorded: Option<u64>) {
         // Cancelling `lost` tokens runs their callbacks (the embedding's too): not once
         // the embedding finalizes (see `wake`).
         let stopped = self.wakes.read().unwrap_or_else(|e| e.into_inner());
@@ -604,7 +610,7 @@ impl Keeper {
         let reason: super::cancel::Reason = Arc::new(why.clone());
         let ended: Vec<usize> = keys
             .iter()
-            .map(|(key, through)| self.local.end_holds(key, &reason, *through))
+            .map(|(key, through)| self.local.end_holds(key, &reason, *through, being_recorded))
             .collect();
         // (`settle_key` reads `wakes` again: a second read under a waiting writer
         // would deadlock.)
@@ -1695,6 +1701,14 @@ impl Gatekeeper for Keeper {
         &self.arrivals
     }
 
+    fn keepers() -> &'static Keepers<Self> {
+        &KEEPERS
+    }
+
+    fn same_scope(&self, other: &Self) -> bool {
+        self.target.same_database(&other.target)
+    }
+
     fn enter_now(&self, key: &Key, mode: Mode) -> bool {
         self.with_gate(key, |k, gates, hash| {
             k.enter(gates, hash, key.name(), mode, 1)
@@ -1852,7 +1866,7 @@ impl Gatekeeper for Keeper {
             "the session holding the lock was lost on {}",
             self.target.display()
         ));
-        self.lose(vec![(key.clone(), through)], &why);
+        self.lose_recording(vec![(key.clone(), through)], &why, Some(fence));
         Some(why)
     }
 

@@ -169,6 +169,15 @@ impl Target {
         parse_with(url, env, &Local::of_this_process(env))
     }
 
+    /// Whether `other` names the same database by the same hosts and ports (one reached
+    /// by other names is not recognised as the same).
+    pub fn same_database(&self, other: &Target) -> bool {
+        let (a, b) = (&self.config, &other.config);
+        a.get_hosts() == b.get_hosts()
+            && a.get_ports() == b.get_ports()
+            && a.get_dbname() == b.get_dbname()
+    }
+
     /// The url without the password (for `mgr.url`, reprs, errors): same scheme, user,
     /// host(s), port, db and query parameters except password-bearing ones.
     pub fn display(&self) -> &str {

@@ -97,6 +97,24 @@ pub(crate) fn answerable<K: Kind>(py: Python<'_>, kind: &K) -> PyResult<()> {
     }
 }
 
+/// `locked()`, `statistics()`: `f`'s answer, once `answerable`. A kind whose answer may
+/// wait for other processes (`Kind::asks_others`) is asked with the GIL released: a
+/// manager of this process may need the GIL to answer (to wake a task it granted a hold),
+/// and nothing else should wait for it meanwhile.
+#[inline]
+pub(crate) fn answered<K: Kind + Sync, T: Send>(
+    py: Python<'_>,
+    kind: &K,
+    f: impl FnOnce(&K) -> T + Send,
+) -> PyResult<T> {
+    answerable(py, kind)?;
+    if kind.asks_others() {
+        Ok(py.detach(|| f(kind)))
+    } else {
+        Ok(f(kind))
+    }
+}
+
 /// A hold just acquired, taken up as scoped (`with`) or as an `Unlock`'s (see
 /// `Kind::take_up`); a kind whose backend failed meanwhile raises its error.
 /// `taken` is what `take_up` returned.

@@ -79,6 +79,12 @@ pub(crate) trait Kind: RawLock + Clone + 'static {
     fn has_tagged_hold(&self, tag: u64) -> bool;
     /// A snapshot for `statistics()`.
     fn statistics(&self) -> Statistics;
+    /// Whether `is_locked` and `statistics` may wait for other processes (then they run
+    /// with the GIL released: see `acquire::answered`).
+    #[inline]
+    fn asks_others(&self) -> bool {
+        false
+    }
     /// Why `locked()` and `statistics()` cannot answer, if they cannot (a named lock of
     /// a manager made before `fork()`, in the child).
     #[inline]

@@ -98,8 +98,9 @@ macro_rules! lock_methods {
             ///
             /// A named lock of a manager made before ``fork()`` raises ``BackendError`` in the child.
             fn locked(&self, py: Python<'_>) -> PyResult<bool> {
-                $crate::python::acquire::answerable(py, self.kind())?;
-                Ok($crate::python::kind::Kind::is_locked(self.kind()))
+                $crate::python::acquire::answered(py, self.kind(), |k| {
+                    $crate::python::kind::Kind::is_locked(k)
+                })
             }
 
             /// A snapshot: ``locked``, ``holders`` (in this view's mode) and ``waiting`` (on the lock).
@@ -108,8 +109,10 @@ macro_rules! lock_methods {
             /// ``waiting``: the lock has one queue. Nothing is waited for or changed. A named lock
             /// of a manager made before ``fork()`` raises ``BackendError`` in the child.
             fn statistics(&self, py: Python<'_>) -> PyResult<$crate::python::stats::PyLockStatistics> {
-                $crate::python::acquire::answerable(py, self.kind())?;
-                Ok($crate::python::kind::Kind::statistics(self.kind()).into())
+                $crate::python::acquire::answered(py, self.kind(), |k| {
+                    $crate::python::kind::Kind::statistics(k)
+                })
+                .map(Into::into)
             }
 
             fn __enter__(&self, py: Python<'_>) -> PyResult<()> {

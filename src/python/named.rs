@@ -155,7 +155,10 @@ impl PyLockManager {
         if let Some(why) = self.session.unanswerable() {
             return Err(BackendError::new_err((why.0,)));
         }
-        let infos = self.session.query(&prefix);
+        // Other processes may take up to a second to answer: not with the GIL held (a
+        // manager of this process may need it to answer, waking a task).
+        let session = &self.session;
+        let infos = py.detach(|| session.query(&prefix));
         let names = thread_names(py)?;
         let host = host_name(py)?;
         Ok(infos
@@ -415,12 +418,11 @@ lock_methods!(PyNamedLock(NamedView) {
         reduce(py, self, mode_name(self.view.mode()))
     }
 
-    fn __repr__(&self) -> String {
+    fn __repr__(&self, py: Python<'_>) -> String {
         let (name, mode) = (self.view.name(), mode_name(self.view.mode()));
-        if self.view.unanswerable().is_some() {
+        let Ok(s) = super::acquire::answered(py, &self.view, |v| v.statistics()) else {
             return format!("<ctxlock.NamedLock {name:?} {mode} (of a parent process)>");
-        }
-        let s = self.view.statistics();
+        };
         let state = if s.locked { "locked" } else { "unlocked" };
         format!("<ctxlock.NamedLock {name:?} {mode} {state} waiting={}>", s.waiting)
     }
@@ -454,12 +456,11 @@ impl PyNamedSharableLock {
     /// mode, ``holders`` (one writer or the readers) and ``waiting`` (both modes share one
     /// queue). For a manager made before ``fork()``, ``BackendError`` in the child.
     fn statistics(&self, py: Python<'_>) -> PyResult<crate::python::stats::PyLockStatistics> {
-        super::acquire::answerable(py, &self.exclusive.get().view)?;
-        Ok(crate::core::stats::Statistics::of_both(
-            self.exclusive.get().view.statistics(),
-            self.shared.get().view.statistics(),
-        )
-        .into())
+        let (exclusive, shared) = (&self.exclusive.get().view, &self.shared.get().view);
+        super::acquire::answered(py, exclusive, |exclusive| {
+            crate::core::stats::Statistics::of_both(exclusive.statistics(), shared.statistics())
+        })
+        .map(Into::into)
     }
 
     /// The shared mode: its holders share the lock.
@@ -478,16 +479,16 @@ impl PyNamedSharableLock {
         reduce(py, self.exclusive.get(), "sharable")
     }
 
-    fn __repr__(&self) -> String {
-        let v = &self.exclusive.get().view;
-        if v.unanswerable().is_some() {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let (v, shared) = (&self.exclusive.get().view, &self.shared.get().view);
+        let Ok((exclusive, shared)) =
+            super::acquire::answered(py, v, |v| (v.statistics(), shared.statistics()))
+        else {
             return format!(
                 "<ctxlock.NamedSharableLock {:?} (of a parent process)>",
                 v.name()
             );
-        }
-        let exclusive = v.statistics();
-        let shared = self.shared.get().view.statistics();
+        };
         let state = if exclusive.locked {
             "locked exclusive".to_owned()
         } else if shared.locked {
@@ -570,6 +571,10 @@ impl Kind for NamedView {
 
     fn statistics(&self) -> Statistics {
         NamedView::statistics(self)
+    }
+
+    fn asks_others(&self) -> bool {
+        NamedView::asks_others(self)
     }
 
     fn unanswerable(&self) -> Option<String> {
