@@ -1410,6 +1410,34 @@ async def test_a_task_cancelled_before_it_took_its_handed_hold_gives_it_back(
 
 
 @pytest.mark.asyncio
+async def test_a_hold_handed_to_a_task_goes_with_its_manager_s_close(
+    ns: str, managers: Managers
+) -> None:
+    mgr, other = managers(2)
+    holder = mgr.lock(ns + "a").acquire()
+    task = asyncio.create_task(mgr.lock(ns + "a").acquire_async(deadline=PATIENCE * 2))
+    assert await until(lambda: mgr.lock(ns + "a").statistics().waiting == 1)
+    holder()
+    assert wait_until(lambda: [i.state for i in other.query(ns)] == ["held"]), other.query(ns)
+    mgr.close()
+    if other.url == "memory:":
+        # Here the hold is the task's own hold of the name's lock: it goes as the task
+        # runs and its acquire fails.
+        with pytest.raises(BackendError):
+            await bounded(task)
+        assert other.query(ns) == []
+        return
+    # Still no await: the task has not run. Its hold is gone with the manager, for every
+    # client and for the closed manager itself (at the postgres scope the server frees
+    # it moments after close() returns).
+    assert wait_until(lambda: mgr.query(ns) == other.query(ns) == []), mgr.query(ns)
+    other.lock(ns + "a").acquire(deadline=PATIENCE)()
+    with pytest.raises(BackendError):
+        await bounded(task)
+    assert other.query(ns) == []
+
+
+@pytest.mark.asyncio
 async def test_query_names_the_task_still_inside_async_with(ns: str, managers: Managers) -> None:
     # Two tasks of one loop hold the shared mode by ``async with`` and leave in the order
     # they came in: the hold left is the second task's, and query() says so.

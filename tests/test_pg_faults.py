@@ -570,6 +570,33 @@ def test_a_hold_passed_on_by_a_waiting_session_is_not_passed_on_after_that_sessi
     no_advisory_within(admin, f"{tag}-%")
 
 
+@pytest.mark.asyncio
+async def test_a_hold_handed_to_a_task_is_not_shown_once_its_session_was_lost(
+    admin: Admin, tag: str, make: Make
+) -> None:
+    holder, other = make("holder"), make("other")
+    name = "t:arriving"
+    first = holder.lock(name).acquire(deadline=PATIENCE)
+    task = asyncio.create_task(
+        holder.lock(name).acquire_async(deadline=LOST_WITHIN * 2), name=f"arriving-{tag}"
+    )
+    assert await contract.until(lambda: holder.lock(name).statistics().waiting == 1)
+    first()  # handed to the task here: the session keeps the name for it
+    assert wait_until(lambda: [i.state for i in holder.query(name)] == ["held"])
+    _terminate_holder(admin, f"{tag}-holder", name)
+    # Still no await: the task has not run. Its hold went with the session: once the
+    # manager noticed, the task is shown holding nothing, and another client takes it.
+    assert wait_until(lambda: holder.query(name) == [], LOST_WITHIN), holder.query(name)
+    unlock = other.lock(name).acquire(deadline=PATIENCE)
+    try:
+        shown = [(i.state, f"arriving-{tag}" in i.owner) for i in holder.query(name)]
+        assert shown == [("held", False)], holder.query(name)
+    finally:
+        unlock()
+    with pytest.raises(BackendError, match="lost"):
+        await contract.bounded(task)
+
+
 @pytest.mark.parametrize("held_as", ["lock", "shared"])
 def test_the_exit_of_a_with_whose_hold_was_lost_gives_back_no_other_with(
     held_as: str, admin: Admin, tag: str, make: Make

@@ -594,6 +594,9 @@ test_a_hold_handed_to_a_task_that_has_not_run_yet_shows_as_its_hold = (
 test_a_task_cancelled_before_it_took_its_handed_hold_gives_it_back = (
     contract.test_a_task_cancelled_before_it_took_its_handed_hold_gives_it_back
 )
+test_a_hold_handed_to_a_task_goes_with_its_manager_s_close = (
+    contract.test_a_hold_handed_to_a_task_goes_with_its_manager_s_close
+)
 test_a_blocking_acquire_behind_an_async_with_of_another_manager_raises = (
     contract.test_a_blocking_acquire_behind_an_async_with_of_another_manager_raises
 )

@@ -75,7 +75,8 @@ impl Ticket {
 /// holding the name meanwhile, to this process and to the others.
 ///
 /// Invariant: a ticket is here from its grant by another thread until its waiter sees
-/// the grant (`status`, `abandon`) or is dropped, never after; each is listed once.
+/// the grant (`status`, `abandon`) or is dropped, or the hold ends without it (a lost
+/// wider hold, the manager's close), never after; each is listed once.
 pub(crate) struct Arrivals(Mutex<Vec<(Arc<str>, Arc<Ticket>)>>);
 
 impl Arrivals {
@@ -90,6 +91,17 @@ impl Arrivals {
     /// `ticket` of the gate `name` was granted by a thread other than its waiter's.
     pub fn add(&self, name: &Arc<str>, ticket: &Arc<Ticket>) {
         self.list().push((name.clone(), ticket.clone()));
+    }
+
+    /// The holds of `name` not yet taken up ended with their wider hold (lost): not
+    /// shown any more; their waiters find the loss when they take them up.
+    pub fn forget_name(&self, name: &str) {
+        self.list().retain(|(n, _)| **n != *name);
+    }
+
+    /// The manager closed: no hold of it is shown any more.
+    fn clear(&self) {
+        self.list().clear();
     }
 
     /// Its waiter saw the grant (nothing to do if it was granted by the waiter itself).
@@ -116,7 +128,9 @@ pub(crate) trait Gatekeeper: Send + Sync + Sized + 'static {
     /// Enter `key`'s gate now for one local holder that just took the name locally.
     fn enter_now(&self, key: &Key, mode: Mode) -> bool;
     /// Leave a ticket for a local holder that could not enter, waiting since `since`
-    /// (`None`: the manager shut down; its holder finds the failure).
+    /// (`None`: the manager shut down; its holder finds the failure). Tickets it grants
+    /// go to `wake`, for the caller to wake by `wake_granted` once it holds no waiter's
+    /// mutex.
     fn register(
         &self,
         key: &Key,
@@ -124,7 +138,12 @@ pub(crate) trait Gatekeeper: Send + Sync + Sized + 'static {
         notify: Notify,
         who: Who,
         since: f64,
+        wake: &mut Vec<Arc<Ticket>>,
     ) -> Option<Arc<Ticket>>;
+    /// Wake the tickets `register` granted.
+    fn wake_granted(&self, tickets: Vec<Arc<Ticket>>) {
+        wake(tickets)
+    }
     /// Take a ticket back (its holder gives up). False if it was granted first.
     fn withdraw(&self, key: &Key, ticket: &Arc<Ticket>) -> bool;
     /// A local hold that entered the gate ended (its local release done).
@@ -332,23 +351,26 @@ impl<K: Gatekeeper> Waiting<K> {
         self.stage.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Holding locally: enter the gate, or leave a ticket.
-    fn at_gate(&self) -> Stage {
+    /// Holding locally: enter the gate, or leave a ticket. Tickets the scope granted
+    /// meanwhile go to `wake`: they are woken once the caller let go of the waiter's
+    /// mutex (`wake_granted`), as waking a task takes the GIL, which a thread blocked on
+    /// that mutex (the task's own loop) may hold.
+    fn at_gate(&self, wake: &mut Vec<Arc<Ticket>>) -> Stage {
         let k = &self.client.keeper;
         if k.enter_now(&self.key, self.mode) {
             return Stage::Held;
         }
         let (notify, who) = (self.notify.clone(), self.who.clone());
-        Stage::Gate(k.register(&self.key, self.mode, notify, who, self.since))
+        Stage::Gate(k.register(&self.key, self.mode, notify, who, self.since, wake))
     }
 
     /// Where the wait stands once the local scope says `local`: a local grant goes on to
-    /// the gate (entered, or a ticket left there).
-    fn after_local(&self, stage: &mut Stage, local: Status) -> Status {
+    /// the gate (entered, or a ticket left there; see `at_gate` for `wake`).
+    fn after_local(&self, stage: &mut Stage, local: Status, wake: &mut Vec<Arc<Ticket>>) -> Status {
         if local != Status::Granted {
             return local;
         }
-        *stage = self.at_gate();
+        *stage = self.at_gate(wake);
         if matches!(*stage, Stage::Held) {
             Status::Granted
         } else {
@@ -380,6 +402,7 @@ impl<K: Gatekeeper> Waiting<K> {
 
     /// The local scope woke a task's acquire (see `LocalBell`).
     fn advance(&self) {
+        let mut granted = Vec::new();
         let mut stage = self.stage();
         let wake = match &mut *stage {
             Stage::Starting { woken } => {
@@ -388,7 +411,7 @@ impl<K: Gatekeeper> Waiting<K> {
             }
             Stage::Local(w) => {
                 let local = w.status();
-                match self.after_local(&mut stage, local) {
+                match self.after_local(&mut stage, local, &mut granted) {
                     Status::Granted => {
                         // Entered here for the task, which takes it up when it runs.
                         *stage = Stage::Gate(Some(self.arrived()));
@@ -403,6 +426,7 @@ impl<K: Gatekeeper> Waiting<K> {
             _ => false,
         };
         drop(stage);
+        self.client.keeper.wake_granted(granted);
         if wake {
             self.notify.wake();
         }
@@ -427,7 +451,11 @@ impl<K: Gatekeeper> RawWaiter for CohortWaiter<K> {
         match &*stage {
             Stage::Local(local) => {
                 let local = local.status();
-                w.after_local(&mut stage, local)
+                let mut granted = Vec::new();
+                let status = w.after_local(&mut stage, local, &mut granted);
+                drop(stage);
+                w.client.keeper.wake_granted(granted);
+                status
             }
             Stage::Gate(Some(t)) => {
                 if t.is_granted() {
@@ -446,39 +474,40 @@ impl<K: Gatekeeper> RawWaiter for CohortWaiter<K> {
     fn abandon(&self) -> bool {
         let w = &self.0;
         let mut stage = w.stage();
-        match std::mem::replace(&mut *stage, Stage::Left) {
+        // A local hold or a gate is given back once the waiter's mutex is let go (see
+        // `at_gate`): either may go on to wake a task. As `Left`, nothing else acts on it.
+        let (left, give_back, settle) = match std::mem::replace(&mut *stage, Stage::Left) {
+            // Handed the local hold first, the waiter gives it back; else one waiter
+            // less, and a hold kept for local demand may have none left.
             Stage::Local(local) => {
-                if local.abandon() {
-                    // One waiter less: a hold kept for local demand may have none left.
-                    w.client.keeper.settle_key(&w.key);
-                } else {
-                    // Handed the local hold first: give it back.
-                    w.give_back();
-                }
-                true
+                let gone = local.abandon();
+                (true, !gone, gone)
             }
             Stage::Gate(Some(t)) => {
                 // A granted ticket is checked first: a closed manager's `withdraw` cannot
                 // tell.
                 if !t.is_granted() && w.client.keeper.withdraw(&w.key, &t) {
-                    w.give_back();
-                    true
+                    (true, true, false)
                 } else {
                     w.saw_grant(&t);
                     *stage = Stage::Held;
-                    false
+                    (false, false, false)
                 }
             }
-            Stage::Gate(None) => {
-                w.give_back();
-                true
-            }
+            Stage::Gate(None) => (true, true, false),
             Stage::Held => {
                 *stage = Stage::Held;
-                false
+                (false, false, false)
             }
-            Stage::Starting { .. } | Stage::Left => true,
+            Stage::Starting { .. } | Stage::Left => (true, false, false),
+        };
+        drop(stage);
+        if give_back {
+            w.give_back();
+        } else if settle {
+            w.client.keeper.settle_key(&w.key);
         }
+        left
     }
 
     /// A thread whose ticket is its own waits in its gatekeeper; elsewhere it parks as
@@ -501,8 +530,12 @@ impl<K: Gatekeeper> RawWaiter for CohortWaiter<K> {
         if !local.compete() {
             return false;
         }
-        *stage = w.at_gate();
-        matches!(*stage, Stage::Held)
+        let mut granted = Vec::new();
+        *stage = w.at_gate(&mut granted);
+        let held = matches!(*stage, Stage::Held);
+        drop(stage);
+        w.client.keeper.wake_granted(granted);
+        held
     }
 }
 
@@ -577,11 +610,13 @@ impl<K: Gatekeeper> Session for Cohort<K> {
                 if self.keeper.enter_now(key, mode) {
                     return Enqueued::Acquired;
                 }
-                let since = waiting.since;
+                let (notify, since) = (waiting.notify.clone(), waiting.since);
+                let mut granted = Vec::new();
                 let ticket = self
                     .keeper
-                    .register(key, mode, waiting.notify.clone(), who, since);
+                    .register(key, mode, notify, who, since, &mut granted);
                 *waiting.stage() = Stage::Gate(ticket);
+                self.keeper.wake_granted(granted);
             }
         }
         Enqueued::Queued(Box::new(CohortWaiter(waiting)))
@@ -663,7 +698,10 @@ impl<K: Gatekeeper> Session for Cohort<K> {
         // Local holds end first (each released locally); then the wider holds go, and the
         // tickets are woken to find the manager closed; then the `lost` tokens are
         // cancelled, so that their callbacks find the names free everywhere.
-        self.local().close_then(reason, || self.keeper.shutdown())
+        self.local().close_then(reason, || {
+            self.keeper.shutdown();
+            self.keeper.arrivals().clear();
+        })
     }
 
     fn failure(&self) -> Option<Failure> {

@@ -889,7 +889,9 @@ impl Gatekeeper for Keeper {
         notify: Notify,
         who: Who,
         since: f64,
+        _wake: &mut Vec<Arc<Ticket>>,
     ) -> Option<Arc<Ticket>> {
+        // The agent enters for the ticket (or its thread): nothing granted here.
         Keeper::register(self, key, mode, notify, who, since)
     }
 

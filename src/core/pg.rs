@@ -615,6 +615,9 @@ impl Keeper {
         // (`settle_key` reads `wakes` again: a second read under a waiting writer
         // would deadlock.)
         drop(stopped);
+        for (key, _) in &keys {
+            self.arrivals.forget_name(key.name());
+        }
         for ((key, _), n) in keys.iter().zip(ended) {
             let mut wake = Vec::new();
             self.with_gate(key, |k, gates, hash| {
@@ -1723,9 +1726,9 @@ impl Gatekeeper for Keeper {
         notify: Notify,
         who: Who,
         since: f64,
+        wake: &mut Vec<Arc<Ticket>>,
     ) -> Option<Arc<Ticket>> {
         let ticket = Ticket::new(mode, notify, false, who, since);
-        let mut wake = Vec::new();
         self.with_gate(key, |k, gates, hash| {
             let g = gate(gates, hash, key.name());
             g.tickets.push(ticket.clone());
@@ -1736,11 +1739,14 @@ impl Gatekeeper for Keeper {
             } else {
                 // Nobody inside (the name is free here, or kept for local demand, which
                 // this ticket is): grant it, or take the name, or queue a server wait.
-                k.settle(gates, hash, key.name(), &mut wake);
+                k.settle(gates, hash, key.name(), wake);
             }
         })?;
-        self.wake(wake);
         Some(ticket)
+    }
+
+    fn wake_granted(&self, tickets: Vec<Arc<Ticket>>) {
+        self.wake(tickets)
     }
 
     fn withdraw(&self, key: &Key, ticket: &Arc<Ticket>) -> bool {
