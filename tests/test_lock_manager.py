@@ -1359,6 +1359,21 @@ async def test_query_names_the_task_that_holds_or_waits(ns: str, managers: Manag
     assert first.query(ns) == []
 
 
+async def hand_to_an_unrun_task(
+    mgr: LockManager, releaser: LockManager, name: str, task_name: str | None = None
+) -> asyncio.Task[Unlock]:
+    """A task's acquire of ``name`` through ``mgr``, queued behind a hold of ``releaser``,
+    which is then released: the name is handed to the task, which has not run since (the
+    caller awaits nothing until it wants the task to run)."""
+    holder = releaser.lock(name).acquire()
+    task = asyncio.create_task(mgr.lock(name).acquire_async(deadline=PATIENCE * 2), name=task_name)
+    try:
+        assert await until(lambda: mgr.lock(name).statistics().waiting == 1)
+    finally:
+        holder()
+    return task
+
+
 @pytest.mark.asyncio
 @pytest.mark.parametrize("releaser", ["same manager", "other manager"])
 async def test_a_hold_handed_to_a_task_that_has_not_run_yet_shows_as_its_hold(
@@ -1368,14 +1383,10 @@ async def test_a_hold_handed_to_a_task_that_has_not_run_yet_shows_as_its_hold(
     # name is its: query() names it as the holder, and every client sees the name locked.
     mgr, other = managers(2)
     tag = uuid.uuid4().hex[:8]
-    holder = (mgr if releaser == "same manager" else other).lock(ns + "a").acquire()
-    task = asyncio.create_task(
-        mgr.lock(ns + "a").acquire_async(deadline=PATIENCE * 2), name=f"arriving-{tag}"
-    )
+    giver = mgr if releaser == "same manager" else other
+    task = await hand_to_an_unrun_task(mgr, giver, ns + "a", f"arriving-{tag}")
     try:
-        assert await until(lambda: mgr.lock(ns + "a").statistics().waiting == 1)
-        holder()
-        # No await from here on: the task cannot run, whoever hands it the name.
+        # No await from here on: the task cannot run, whoever handed it the name.
 
         def shown() -> list[tuple[str, bool]]:
             return [(i.state, f"arriving-{tag}" in i.owner) for i in mgr.query(ns)]
@@ -1397,10 +1408,8 @@ async def test_a_task_cancelled_before_it_took_its_handed_hold_gives_it_back(
     ns: str, managers: Managers, releaser: str
 ) -> None:
     mgr, other = managers(2)
-    holder = (mgr if releaser == "same manager" else other).lock(ns + "a").acquire()
-    task = asyncio.create_task(mgr.lock(ns + "a").acquire_async(deadline=PATIENCE * 2))
-    assert await until(lambda: mgr.lock(ns + "a").statistics().waiting == 1)
-    holder()
+    giver = mgr if releaser == "same manager" else other
+    task = await hand_to_an_unrun_task(mgr, giver, ns + "a")
     assert wait_until(lambda: [i.state for i in mgr.query(ns)] == ["held"]), mgr.query(ns)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -1414,10 +1423,7 @@ async def test_a_hold_handed_to_a_task_goes_with_its_manager_s_close(
     ns: str, managers: Managers
 ) -> None:
     mgr, other = managers(2)
-    holder = mgr.lock(ns + "a").acquire()
-    task = asyncio.create_task(mgr.lock(ns + "a").acquire_async(deadline=PATIENCE * 2))
-    assert await until(lambda: mgr.lock(ns + "a").statistics().waiting == 1)
-    holder()
+    task = await hand_to_an_unrun_task(mgr, mgr, ns + "a")
     assert wait_until(lambda: [i.state for i in other.query(ns)] == ["held"]), other.query(ns)
     mgr.close()
     if other.url == "memory:":
