@@ -93,10 +93,20 @@ impl Arrivals {
         self.list().push((name.clone(), ticket.clone()));
     }
 
-    /// The holds of `name` not yet taken up ended with their wider hold (lost): not
-    /// shown any more; their waiters find the loss when they take them up.
-    pub fn forget_name(&self, name: &str) {
-        self.list().retain(|(n, _)| **n != *name);
+    /// The holds of `name` not yet taken up, now.
+    pub fn of_name(&self, name: &str) -> Vec<Arc<Ticket>> {
+        let list = self.list();
+        list.iter()
+            .filter(|(n, _)| **n == *name)
+            .map(|(_, t)| t.clone())
+            .collect()
+    }
+
+    /// These holds ended with their wider hold (lost): not shown any more; their waiters
+    /// find the loss when they take them up.
+    pub fn forget(&self, tickets: &[Arc<Ticket>]) {
+        self.list()
+            .retain(|(_, t)| !tickets.iter().any(|x| Arc::ptr_eq(x, t)));
     }
 
     /// The manager closed: no hold of it is shown any more.
@@ -679,8 +689,11 @@ impl<K: Gatekeeper> Session for Cohort<K> {
         }
         // Another manager of the same scope in this process: an `async with` hold of its
         // blocks this wait as well, and is released only on the same event loop.
+        // A closed manager's holds ended, and a parent's are not this process's.
         K::keepers().alive().iter().any(|k| {
             !std::ptr::eq(&**k, &*self.keeper)
+                && !k.local().is_closed()
+                && !k.made_before_fork()
                 && k.local().has_tagged_hold(key, mode, tag)
                 && k.same_scope(&self.keeper)
         })

@@ -608,6 +608,12 @@ impl Keeper {
             return;
         }
         let reason: super::cancel::Reason = Arc::new(why.clone());
+        // The holds handed over before the loss: ending the holds may hand a name on to
+        // a task whose new server hold is not lost.
+        let handed: Vec<Arc<Ticket>> = keys
+            .iter()
+            .flat_map(|(key, _)| self.arrivals.of_name(key.name()))
+            .collect();
         let ended: Vec<usize> = keys
             .iter()
             .map(|(key, through)| self.local.end_holds(key, &reason, *through, being_recorded))
@@ -615,9 +621,7 @@ impl Keeper {
         // (`settle_key` reads `wakes` again: a second read under a waiting writer
         // would deadlock.)
         drop(stopped);
-        for (key, _) in &keys {
-            self.arrivals.forget_name(key.name());
-        }
+        self.arrivals.forget(&handed);
         for ((key, _), n) in keys.iter().zip(ended) {
             let mut wake = Vec::new();
             self.with_gate(key, |k, gates, hash| {
