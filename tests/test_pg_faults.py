@@ -1016,6 +1016,9 @@ def test_an_immediate_stop_loses_holds_ends_waits_and_a_restart_brings_the_scope
         with pytest.raises(BackendError) as refused:
             LockManager(app_url(srv, f"{tag}-new", connect_timeout=2))
         assert_no_password(refused.value, srv.password)
+        # The tests' own client says why the server is gone: its log's last lines.
+        with pytest.raises(pg_server.PgServerError, match="immediate shutdown request"):
+            srv.admin()
         assert_no_password(outcome, srv.password)
         assert_no_password(unlock.lost.reason, srv.password)
         unlock()  # the lost holds' unlock() is harmless

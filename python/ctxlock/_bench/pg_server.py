@@ -212,10 +212,19 @@ class PgServer:
         return self._log
 
     def admin(self) -> psycopg.Connection[Any]:
-        """A new autocommit psycopg connection as the superuser; the caller closes it."""
+        """A new autocommit psycopg connection as the superuser; the caller closes it.
+
+        Where the server does not answer, the error ends with the tail of its log: a server
+        that stopped on its own says why there (a full disk, a signal)."""
         import psycopg
 
-        return psycopg.connect(self.superuser_url, autocommit=True, connect_timeout=10)
+        try:
+            return psycopg.connect(self.superuser_url, autocommit=True, connect_timeout=10)
+        except psycopg.OperationalError as exc:
+            log = _tail(self._log) if self._root is not None else "(stopped by this process)"
+            raise PgServerError(
+                f"the server on port {self.port} does not answer: {exc}\n{log}"
+            ) from exc
 
     # --- life -----------------------------------------------------------------------------------
 
