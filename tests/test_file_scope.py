@@ -893,6 +893,9 @@ test_a_hold_handed_to_a_task_goes_with_its_manager_s_close = (
 test_a_blocking_acquire_behind_an_async_with_of_another_manager_raises = (
     contract.test_a_blocking_acquire_behind_an_async_with_of_another_manager_raises
 )
+test_a_blocking_acquire_behind_an_async_with_of_a_closed_manager_gets_the_name = (
+    contract.test_a_blocking_acquire_behind_an_async_with_of_a_closed_manager_gets_the_name
+)
 test_query_names_the_task_still_inside_async_with = (
     contract.test_query_names_the_task_still_inside_async_with
 )

@@ -33,6 +33,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from ctxlock import (
@@ -66,6 +67,12 @@ def fork() -> int:
 
 def in_child(fn: Callable[[], object]) -> None:
     """Run ``fn`` in a forked child; fail the test with the child's traceback if it fails."""
+    reap_child(*start_child(fn))
+
+
+def start_child(fn: Callable[[], object]) -> tuple[int, int]:
+    """Fork a child that runs ``fn`` and exits; its pid and the read end of the pipe that
+    brings its traceback, for ``reap_child``."""
     read_end, write_end = os.pipe()
     pid = fork()
     if pid == 0:  # the child: never return into pytest
@@ -85,6 +92,11 @@ def in_child(fn: Callable[[], object]) -> None:
             finally:
                 os._exit(status)
     os.close(write_end)
+    return pid, read_end
+
+
+def reap_child(pid: int, read_end: int) -> None:
+    """Wait for the child of ``start_child``; fail the test with its traceback if it failed."""
     try:
         end = time.monotonic() + PARENT_WAIT
         while True:
@@ -380,13 +392,7 @@ def test_a_manager_made_before_fork_does_not_answer_for_the_parent_in_the_child(
     # parent's hold as the child's (with the child's pid), and once the child called an
     # inherited Unlock, as free while the parent still holds it. So it raises, as its
     # acquires do; a manager made in the child answers.
-    if scope == "file":
-        url = f"file://{tmp_path}"
-    else:
-        missing = pg_server.missing()
-        if missing is not None:
-            pytest.skip(f"no PostgreSQL server can be started here: {missing}")
-        url = pg_server.shared().url
+    url = _scope_url(scope, tmp_path)
     mgr = LockManager(url)
     name = f"fork-{os.getpid()}-{time.monotonic_ns()}"
     lock, rw = mgr.lock(name), mgr.sharable_lock(name)
@@ -424,6 +430,56 @@ def test_a_manager_made_before_fork_does_not_answer_for_the_parent_in_the_child(
     finally:
         unlock()
         mgr.close()
+
+
+@pytest.mark.parametrize("which", ["lock", "exclusive"])
+@pytest.mark.parametrize("scope", ["file", "postgresql"])
+def test_a_parent_s_async_with_does_not_stop_a_blocking_acquire_in_the_child(
+    scope: str, which: str, tmp_path: Path
+) -> None:
+    # The forking thread is the same thread in the child (the same identity), but the
+    # `async with` hold of the parent's task is the parent's: the child's blocking acquire
+    # with no deadline, through a manager of its own, is not the self-deadlock that raises
+    # RuntimeError. It waits for the parent, as for any other process, and gets the name
+    # when the parent's task lets go.
+    url = _scope_url(scope, tmp_path)
+    mgr = LockManager(url)
+    name = f"fork-{os.getpid()}-{time.monotonic_ns()}"
+
+    def view(m: LockManager) -> Any:
+        return m.lock(name) if which == "lock" else m.sharable_lock(name).exclusive
+
+    def child() -> None:
+        fresh = LockManager(url)
+        try:
+            unlock = view(fresh).acquire()
+            unlock()
+        finally:
+            fresh.close()
+
+    async def hold_and_fork() -> tuple[int, int]:
+        async with view(mgr):
+            forked = start_child(child)
+            await asyncio.sleep(0.3)  # the child waits meanwhile (or raised at once)
+        return forked
+
+    try:
+        forked = asyncio.run(hold_and_fork())
+        reap_child(*forked)
+        assert not mgr.lock(name).locked()
+    finally:
+        mgr.close()
+
+
+def _scope_url(scope: str, tmp_path: Path) -> str:
+    """The url of a scope that processes share: a directory of this test, or this process's
+    PostgreSQL server (the test is skipped where none can start)."""
+    if scope == "file":
+        return f"file://{tmp_path}"
+    missing = pg_server.missing()
+    if missing is not None:
+        pytest.skip(f"no PostgreSQL server can be started here: {missing}")
+    return pg_server.shared().url
 
 
 @over(PROCESS_KINDS)

@@ -1499,6 +1499,32 @@ async def test_a_blocking_acquire_behind_an_async_with_of_another_manager_raises
     view(other, ns + "a", which).acquire(deadline=0)()
 
 
+@pytest.mark.asyncio
+@pytest.mark.parametrize("which", ["lock", "shared"])
+async def test_a_blocking_acquire_behind_an_async_with_of_a_closed_manager_gets_the_name(
+    ns: str, managers: Managers, which: str
+) -> None:
+    # The holder's manager closed inside the `async with`: that hold ended, and nothing on
+    # this loop stands in the way. A blocking acquire with no deadline through another
+    # manager, behind a third manager's hold that a thread lets go of, waits for it and
+    # takes the name (no RuntimeError). (If it hangs, closing that manager ends the wait
+    # with BackendError, and the test fails.)
+    holder, other, third = managers(3)
+    rescue = threading.Timer(PATIENCE * 2, other.close)
+    rescue.start()
+    try:
+        async with view(holder, ns + "a", "lock"):
+            holder.close()
+            taken = third.lock(ns + "a").acquire(deadline=PATIENCE)
+            threading.Timer(0.2, taken).start()
+            unlock = view(other, ns + "a", which).acquire()
+            assert taken.released and not unlock.released
+            unlock()
+    finally:
+        rescue.cancel()
+    view(other, ns + "a", which).acquire(deadline=0)()
+
+
 def named_thread(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:
     def run() -> Any:
         threading.current_thread().name = name

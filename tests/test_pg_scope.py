@@ -600,6 +600,9 @@ test_a_hold_handed_to_a_task_goes_with_its_manager_s_close = (
 test_a_blocking_acquire_behind_an_async_with_of_another_manager_raises = (
     contract.test_a_blocking_acquire_behind_an_async_with_of_another_manager_raises
 )
+test_a_blocking_acquire_behind_an_async_with_of_a_closed_manager_gets_the_name = (
+    contract.test_a_blocking_acquire_behind_an_async_with_of_a_closed_manager_gets_the_name
+)
 test_query_lists_each_shared_holder = contract.test_query_lists_each_shared_holder
 test_query_lists_the_holds_and_waits_of_another_process = (
     file_scope.test_query_lists_the_holds_and_waits_of_another_process

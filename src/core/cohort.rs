@@ -318,6 +318,16 @@ struct Waiting<K: Gatekeeper> {
     who: Who,
     /// When the acquire began to wait.
     since: f64,
+    /// Lock order: `abandon` and `compete` call the local scope with this mutex held, and
+    /// the local scope's wakes (run once its queue mutex is let go) may take the `stage`
+    /// of a task's waiter they woke (`LocalBell`). That makes no cycle: a thread's waiter
+    /// (the only one that competes) is woken by an unpark, never through its `stage`, and
+    /// a waiter that abandons is out of the local queue before any later operation picks
+    /// whom to wake. A task those wakes wake may wait for the embedding's interpreter lock
+    /// meanwhile; the only thread that holds that lock and waits for a `stage` is a task's
+    /// loop thread, for its task's waiter, which abandons on that thread, holding it.
+    /// (The waits this file starts itself are woken once `stage` is let go:
+    /// `Gatekeeper::wake_granted`.)
     stage: Mutex<Stage>,
 }
 

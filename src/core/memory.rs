@@ -783,6 +783,19 @@ impl View<'_> {
         self.with_slot(LockView::statistics).unwrap_or_default()
     }
 
+    /// Whether a hold of this name carries `tag` (the embedding's `async with` holds) and
+    /// some `with` hold of the name is still live. A tag stays on the slot until its
+    /// `with` exits; when `close()` ended that hold first, the tag alone blocks nothing.
+    fn has_live_tagged_hold(&self, tag: u64) -> bool {
+        let found = locked(self.table())
+            .find(self.key)
+            .map(|e| (e.slot.clone(), e.holds.iter().any(|h| h.scoped)));
+        match found {
+            Some((slot, true)) => LockView::over(slot, self.mode).has_tagged_hold(tag),
+            _ => false,
+        }
+    }
+
     /// Run `f` on the slot of this name, if it has an entry (for the embedding's tags).
     pub fn with_slot<T>(&self, f: impl FnOnce(&LockView) -> T) -> Option<T> {
         let slot = locked(self.table())
@@ -989,9 +1002,7 @@ impl Session for MemoryClient {
     }
 
     fn has_tagged_hold(&self, key: &Key, mode: Mode, tag: u64) -> bool {
-        self.view(key, mode)
-            .with_slot(|v| v.has_tagged_hold(tag))
-            .unwrap_or(false)
+        self.view(key, mode).has_live_tagged_hold(tag)
     }
 
     fn query(&self, prefix: &str) -> Vec<Info> {
@@ -1317,8 +1328,37 @@ mod tests {
         // "y" gets the entry "x" had: a hold of "y" carries no tag of "x".
         let y = NamedView::new(b.clone(), key("y", 2000), Mode::Exclusive);
         assert!(y.try_lock());
+        y.record(true, Who::thread()).unwrap();
         assert!(!y.has_tagged_hold(7), "y inherited x's tag");
-        assert!(y.unlock());
+        assert_eq!(y.release_scoped(&Who::thread()), ScopedExit::Released);
+    }
+
+    #[test]
+    fn a_tag_whose_hold_close_ended_blocks_nothing() {
+        let scope = scope();
+        let (a, b) = (
+            MemoryClient::new(scope.clone()),
+            MemoryClient::new(scope.clone()),
+        );
+        // An `async with` hold of "x" through a, tagged: b's view of the name sees it.
+        let k = key_in_shard_0("x", 1000);
+        let (xa, xb) = (
+            NamedView::new(a.clone(), k.clone(), Mode::Exclusive),
+            NamedView::new(b.clone(), k, Mode::Exclusive),
+        );
+        assert!(xa.try_lock());
+        xa.record(true, Who::thread()).unwrap();
+        xa.tag_hold(7);
+        assert!(xb.has_tagged_hold(7));
+        // a closes before the `with` exits: the tag stays until the exit, and blocks
+        // nothing (b takes the name, and a wait behind b's hold would not be a deadlock).
+        assert_eq!(a.close_all(Arc::new("closed")), 1);
+        assert!(xb.try_lock());
+        assert!(!xb.has_tagged_hold(7), "a closed client's tag still counts");
+        // The exit releases nothing of b's, and untags.
+        assert_ne!(xa.release_scoped(&Who::thread()), ScopedExit::Released);
+        xa.untag_hold(7);
+        assert!(xb.unlock());
     }
 
     #[test]
@@ -1337,8 +1377,9 @@ mod tests {
         x.untag_hold(7);
         let y = NamedView::new(client.clone(), key("y", 2000), Mode::Exclusive);
         assert!(y.try_lock());
+        y.record(true, Who::thread()).unwrap();
         assert!(!y.has_tagged_hold(7), "y inherited x's tag");
-        assert!(y.unlock());
+        assert_eq!(y.release_scoped(&Who::thread()), ScopedExit::Released);
     }
 
     /// An `Unlock`'s hold of a named lock, as the binding's.
