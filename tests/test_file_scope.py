@@ -1846,6 +1846,13 @@ def test_query_lists_the_holds_and_waits_of_another_process(
         assert mgr.query("q:") == []
 
 
+def all_stopped(pid: int) -> bool:
+    """Every thread of process ``pid`` is stopped by a signal (state ``T`` in /proc)."""
+    tasks = Path(f"/proc/{pid}/task")
+    states = [(t / "stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks.iterdir()]
+    return all(state == "T" for state in states)
+
+
 def test_asking_a_stopped_process_lets_this_process_s_other_threads_run(
     url: str, repls: Callable[[], Repl]
 ) -> None:
@@ -1855,6 +1862,9 @@ def test_asking_a_stopped_process_lets_this_process_s_other_threads_run(
     child = repls()
     child.acquire("a", "q:a")
     os.kill(child.pid, signal.SIGSTOP)
+    # The signal stops the child's threads a moment later, each when it next runs: until
+    # then its agent may still answer an ask at once.
+    assert wait_until(lambda: all_stopped(child.pid)), "the child did not stop"
     ticks: list[float] = []
     stop = threading.Event()
 

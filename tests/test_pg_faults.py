@@ -571,6 +571,32 @@ def test_a_hold_passed_on_by_a_waiting_session_is_not_passed_on_after_that_sessi
 
 
 @pytest.mark.asyncio
+async def test_an_async_with_whose_session_was_lost_does_not_stop_a_blocking_acquire(
+    admin: Admin, tag: str, make: Make
+) -> None:
+    # The task's `async with` hold went with its session before the `with` exits: a
+    # blocking acquire with no deadline on this loop's thread, through another manager,
+    # behind a third client's hold, waits for that hold and takes the name (no
+    # RuntimeError). (If it hangs, closing its manager ends the wait, and the test fails.)
+    holder, other, third = make("holder"), make("other"), make("third")
+    name = "t:tagged"
+    rescue = threading.Timer(LOST_WITHIN + PATIENCE, other.close)
+    rescue.start()
+    try:
+        async with holder.lock(name):
+            _terminate_holder(admin, f"{tag}-holder", name)
+            # The manager noticed: its hold is not listed any more.
+            assert wait_until(lambda: holder.query(name) == [], LOST_WITHIN)
+            taken = third.lock(name).acquire(deadline=PATIENCE)
+            threading.Timer(0.2, taken).start()
+            unlock = other.lock(name).acquire()
+            assert taken.released and not unlock.released
+            unlock()
+    finally:
+        rescue.cancel()
+
+
+@pytest.mark.asyncio
 async def test_a_hold_handed_to_a_task_is_not_shown_once_its_session_was_lost(
     admin: Admin, tag: str, make: Make
 ) -> None:
