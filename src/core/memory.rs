@@ -787,13 +787,11 @@ impl View<'_> {
     /// some `with` hold of the name is still live. A tag stays on the slot until its
     /// `with` exits; when `close()` ended that hold first, the tag alone blocks nothing.
     fn has_live_tagged_hold(&self, tag: u64) -> bool {
-        let found = locked(self.table())
+        let slot = locked(self.table())
             .find(self.key)
-            .map(|e| (e.slot.clone(), e.holds.iter().any(|h| h.scoped)));
-        match found {
-            Some((slot, true)) => LockView::over(slot, self.mode).has_tagged_hold(tag),
-            _ => false,
-        }
+            .filter(|e| e.holds.iter().any(|h| h.scoped))
+            .map(|e| e.slot.clone());
+        slot.is_some_and(|slot| LockView::over(slot, self.mode).has_tagged_hold(tag))
     }
 
     /// Run `f` on the slot of this name, if it has an entry (for the embedding's tags).
@@ -1099,6 +1097,14 @@ mod tests {
         Arc::new(MemoryScope::new())
     }
 
+    /// Two clients (managers) of `scope`.
+    fn two_clients(scope: &Arc<MemoryScope>) -> (Arc<MemoryClient>, Arc<MemoryClient>) {
+        (
+            MemoryClient::new(scope.clone()),
+            MemoryClient::new(scope.clone()),
+        )
+    }
+
     fn view(client: &Arc<MemoryClient>, name: &str, mode: Mode) -> NamedView {
         NamedView::new(client.clone(), Key::new(Arc::from(name)), mode)
     }
@@ -1167,10 +1173,7 @@ mod tests {
     #[test]
     fn fences_increase_across_clients_and_entries() {
         let scope = scope();
-        let (a, b) = (
-            MemoryClient::new(scope.clone()),
-            MemoryClient::new(scope.clone()),
-        );
+        let (a, b) = two_clients(&scope);
         let mut last = 0;
         for i in 0..100 {
             let c = if i % 2 == 0 { &a } else { &b };
@@ -1187,10 +1190,7 @@ mod tests {
     #[test]
     fn a_scoped_release_takes_only_a_hold_of_its_own_client() {
         let scope = scope();
-        let (a, b) = (
-            MemoryClient::new(scope.clone()),
-            MemoryClient::new(scope.clone()),
-        );
+        let (a, b) = two_clients(&scope);
         let (va, vb) = (view(&a, "x", Mode::Shared), view(&b, "x", Mode::Shared));
         let me = Who::thread();
         for v in [&va, &vb] {
@@ -1313,10 +1313,7 @@ mod tests {
     #[test]
     fn a_reused_entry_keeps_no_tag_of_the_name_it_had() {
         let scope = scope();
-        let (a, b) = (
-            MemoryClient::new(scope.clone()),
-            MemoryClient::new(scope.clone()),
-        );
+        let (a, b) = two_clients(&scope);
         let key = key_in_shard_0;
         fill_idle(&a);
         // An `async with` hold of "x", tagged, ended by close before its exit untags it.
@@ -1336,10 +1333,7 @@ mod tests {
     #[test]
     fn a_tag_whose_hold_close_ended_blocks_nothing() {
         let scope = scope();
-        let (a, b) = (
-            MemoryClient::new(scope.clone()),
-            MemoryClient::new(scope.clone()),
-        );
+        let (a, b) = two_clients(&scope);
         // An `async with` hold of "x" through a, tagged: b's view of the name sees it.
         let k = key_in_shard_0("x", 1000);
         let (xa, xb) = (
@@ -1408,10 +1402,7 @@ mod tests {
     #[test]
     fn two_clients_exclude_each_other_and_close_ends_holds() {
         let scope = scope();
-        let (a, b) = (
-            MemoryClient::new(scope.clone()),
-            MemoryClient::new(scope.clone()),
-        );
+        let (a, b) = two_clients(&scope);
         let va = view(&a, "x", Mode::Exclusive);
         let vb = view(&b, "x", Mode::Shared);
         assert!(va.try_lock());
