@@ -33,9 +33,9 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+import test_lock_manager as contract
 from ctxlock import (
     BackendError,
     CancelToken,
@@ -446,19 +446,16 @@ def test_a_parent_s_async_with_does_not_stop_a_blocking_acquire_in_the_child(
     mgr = LockManager(url)
     name = f"fork-{os.getpid()}-{time.monotonic_ns()}"
 
-    def view(m: LockManager) -> Any:
-        return m.lock(name) if which == "lock" else m.sharable_lock(name).exclusive
-
     def child() -> None:
         fresh = LockManager(url)
         try:
-            unlock = view(fresh).acquire()
+            unlock = contract.view(fresh, name, which).acquire()
             unlock()
         finally:
             fresh.close()
 
     async def hold_and_fork() -> tuple[int, int]:
-        async with view(mgr):
+        async with contract.view(mgr, name, which):
             forked = start_child(child)
             await asyncio.sleep(0.3)  # the child waits meanwhile (or raised at once)
         return forked

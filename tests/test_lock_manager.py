@@ -1515,14 +1515,20 @@ async def test_a_blocking_acquire_behind_an_async_with_of_a_closed_manager_gets_
     try:
         async with view(holder, ns + "a", "lock"):
             holder.close()
-            taken = third.lock(ns + "a").acquire(deadline=PATIENCE)
-            threading.Timer(0.2, taken).start()
-            unlock = view(other, ns + "a", which).acquire()
-            assert taken.released and not unlock.released
-            unlock()
+            acquire_behind_a_release(view(other, ns + "a", which), third.lock(ns + "a"))
     finally:
         rescue.cancel()
     view(other, ns + "a", which).acquire(deadline=0)()
+
+
+def acquire_behind_a_release(waiter: NamedLock, holder: NamedLock) -> None:
+    """``holder`` takes the name and a thread lets it go 0.2 s later; meanwhile ``waiter``
+    acquires it with no deadline and no token, on this thread, and lets it go."""
+    taken = holder.acquire(deadline=PATIENCE)
+    threading.Timer(0.2, taken).start()
+    unlock = waiter.acquire()
+    assert taken.released and not unlock.released
+    unlock()
 
 
 def named_thread(name: str, fn: Callable[[], Any]) -> Callable[[], Any]:

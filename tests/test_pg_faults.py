@@ -587,11 +587,7 @@ async def test_an_async_with_whose_session_was_lost_does_not_stop_a_blocking_acq
             _terminate_holder(admin, f"{tag}-holder", name)
             # The manager noticed: its hold is not listed any more.
             assert wait_until(lambda: holder.query(name) == [], LOST_WITHIN)
-            taken = third.lock(name).acquire(deadline=PATIENCE)
-            threading.Timer(0.2, taken).start()
-            unlock = other.lock(name).acquire()
-            assert taken.released and not unlock.released
-            unlock()
+            contract.acquire_behind_a_release(other.lock(name), third.lock(name))
     finally:
         rescue.cancel()
 
