@@ -315,6 +315,34 @@ def test_every_acquire_on_a_closed_manager_raises_backend_error(
     assert_free(other, ns + "a")
 
 
+def test_a_closed_manager_answers_who_holds_with_backend_error(ns: str, managers: Managers) -> None:
+    # A closed manager no longer reaches its scope: "nobody" would be a wrong answer while
+    # another client holds the name, so every scope raises, as its acquires do.
+    mgr, other = managers(2)
+    lock, rw = mgr.lock(ns + "a"), mgr.sharable_lock(ns + "a")
+    held = other.lock(ns + "a").acquire()
+    assert [i.name for i in mgr.query(ns)] == [ns + "a"]
+    mgr.close()
+    asks = {
+        "query": lambda: mgr.query(ns),
+        "locked": lock.locked,
+        "statistics": lock.statistics,
+        "shared.locked": rw.shared.locked,
+        "sharable statistics": rw.statistics,
+    }
+    for what, ask in asks.items():
+        with pytest.raises(BackendError, match="closed") as caught:
+            ask()
+        assert caught.value.reason == "the LockManager was closed", what
+    assert repr(lock).endswith("(of a closed manager)>"), repr(lock)
+    assert repr(rw).endswith("(of a closed manager)>"), repr(rw)
+    # The other client's answer is as before.
+    assert [i.name for i in other.query(ns)] == [ns + "a"]
+    assert other.lock(ns + "a").locked()
+    held()
+    assert_free(other, ns + "a")
+
+
 def test_closing_one_manager_leaves_the_others_working(ns: str, managers: Managers) -> None:
     closing, other = managers(2)
     held = other.lock(ns + "held").acquire()
@@ -1434,9 +1462,11 @@ async def test_a_hold_handed_to_a_task_goes_with_its_manager_s_close(
         assert other.query(ns) == []
         return
     # Still no await: the task has not run. Its hold is gone with the manager, for every
-    # client and for the closed manager itself (at the postgres scope the server frees
-    # it moments after close() returns).
-    assert wait_until(lambda: mgr.query(ns) == other.query(ns) == []), mgr.query(ns)
+    # client (at the postgres scope the server frees it moments after close() returns);
+    # the closed manager itself no longer answers.
+    assert wait_until(lambda: other.query(ns) == []), other.query(ns)
+    with pytest.raises(BackendError, match="closed"):
+        mgr.query(ns)
     other.lock(ns + "a").acquire(deadline=PATIENCE)()
     with pytest.raises(BackendError):
         await bounded(task)

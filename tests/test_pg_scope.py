@@ -468,6 +468,9 @@ test_close_returns_once_the_holds_have_ended_even_while_another_close_runs = (
 test_every_acquire_on_a_closed_manager_raises_backend_error = (
     contract.test_every_acquire_on_a_closed_manager_raises_backend_error
 )
+test_a_closed_manager_answers_who_holds_with_backend_error = (
+    contract.test_a_closed_manager_answers_who_holds_with_backend_error
+)
 test_closing_one_manager_leaves_the_others_working = (
     contract.test_closing_one_manager_leaves_the_others_working
 )

@@ -201,14 +201,16 @@ class Lock:
     def locked(self) -> bool:
         """True while the lock is held (in this view's mode, for a ``SharableLock`` view).
 
-        A named lock of a manager made before ``fork()`` raises ``BackendError`` in the child.
+        A named lock of a closed manager, or of a manager made before ``fork()`` (in the
+        child), raises ``BackendError``.
         """
     def statistics(self) -> LockStatistics:
         """A snapshot: ``locked``, ``holders`` (in this view's mode) and ``waiting`` (on the lock).
 
         See ``LockStatistics``. Both views of a ``SharableLock`` report the same
         ``waiting``: the lock has one queue. Nothing is waited for or changed. A named lock
-        of a manager made before ``fork()`` raises ``BackendError`` in the child.
+        of a closed manager, or of a manager made before ``fork()`` (in the child), raises
+        ``BackendError``.
         """
     def acquire_async(
         self, cancel: CancelToken | None = None, *, deadline: float | None = None
@@ -284,14 +286,16 @@ class LockView:
     def locked(self) -> bool:
         """True while the lock is held (in this view's mode, for a ``SharableLock`` view).
 
-        A named lock of a manager made before ``fork()`` raises ``BackendError`` in the child.
+        A named lock of a closed manager, or of a manager made before ``fork()`` (in the
+        child), raises ``BackendError``.
         """
     def statistics(self) -> LockStatistics:
         """A snapshot: ``locked``, ``holders`` (in this view's mode) and ``waiting`` (on the lock).
 
         See ``LockStatistics``. Both views of a ``SharableLock`` report the same
         ``waiting``: the lock has one queue. Nothing is waited for or changed. A named lock
-        of a manager made before ``fork()`` raises ``BackendError`` in the child.
+        of a closed manager, or of a manager made before ``fork()`` (in the child), raises
+        ``BackendError``.
         """
     def acquire_async(
         self, cancel: CancelToken | None = None, *, deadline: float | None = None
@@ -360,8 +364,8 @@ class LockManager:
     so ``lock(n)`` excludes both modes of ``sharable_lock(n)``. Two managers of the same
     url are two clients of the same locks. A named lock costs no memory while nobody holds
     or waits for it. ``close()`` (or leaving ``with LockManager(...)``) ends this manager's
-    holds, cancelling their ``Unlock.lost`` tokens, and fails its waiters and later acquires
-    with ``BackendError``.
+    holds, cancelling their ``Unlock.lost`` tokens, and fails its waiters, later acquires and
+    ``query()``, ``locked()`` and ``statistics()`` with ``BackendError``.
     At ``"file:///dir"`` (Linux) the directory is made if missing and holds one
     file, ``ctxlock.table``; a process's holds there are kernel locks, freed when it dies.
     A manager made before ``fork()`` raises ``BackendError`` in the child (its acquires,
@@ -403,11 +407,13 @@ class LockManager:
         the scope, as ``LockInfo`` objects (ordered by name, then by ``since``).
 
         Raises:
-            BackendError: in a child process, for a manager made before ``fork()``.
+            BackendError: the manager is closed, or (in a child process) was made before
+                ``fork()``.
         """
     def close(self) -> None:
         """End this manager: its holds end (each ``Unlock.lost`` is cancelled with a
-        ``BackendError``), its waiters and later acquires raise ``BackendError``. Other
+        ``BackendError``), its waiters, later acquires, ``query()``, ``locked()`` and
+        ``statistics()`` raise ``BackendError``. Other
         managers of the scope are not affected. Calling it again does nothing. A manager
         garbage-collected without ``close()`` ends its holds the same way (only a ``with``
         entered and never exited can have left one: the rest keep their manager alive).
@@ -499,14 +505,16 @@ class NamedLock:
     def locked(self) -> bool:
         """True while the lock is held (in this view's mode, for a ``SharableLock`` view).
 
-        A named lock of a manager made before ``fork()`` raises ``BackendError`` in the child.
+        A named lock of a closed manager, or of a manager made before ``fork()`` (in the
+        child), raises ``BackendError``.
         """
     def statistics(self) -> LockStatistics:
         """A snapshot: ``locked``, ``holders`` (in this view's mode) and ``waiting`` (on the lock).
 
         See ``LockStatistics``. Both views of a ``SharableLock`` report the same
         ``waiting``: the lock has one queue. Nothing is waited for or changed. A named lock
-        of a manager made before ``fork()`` raises ``BackendError`` in the child.
+        of a closed manager, or of a manager made before ``fork()`` (in the child), raises
+        ``BackendError``.
         """
     def acquire_async(
         self, cancel: CancelToken | None = None, *, deadline: float | None = None
@@ -567,7 +575,8 @@ class NamedSharableLock:
     def statistics(self) -> LockStatistics:
         """A snapshot of the whole lock, across every client of the scope: ``locked`` in either
         mode, ``holders`` (one writer or the readers) and ``waiting`` (both modes share one
-        queue). For a manager made before ``fork()``, ``BackendError`` in the child.
+        queue). ``BackendError`` for a closed manager, or in the child for a manager made
+        before ``fork()``.
         """
     @property
     def shared(self) -> NamedLock:

@@ -735,7 +735,10 @@ impl<K: Gatekeeper> Session for Cohort<K> {
     }
 
     fn unanswerable(&self) -> Option<Failure> {
-        self.keeper.made_before_fork().then(forked_failure)
+        if self.keeper.made_before_fork() {
+            return Some(forked_failure());
+        }
+        self.local().is_closed().then(Failure::closed)
     }
 }
 

@@ -1015,6 +1015,10 @@ impl Session for MemoryClient {
     fn failure(&self) -> Option<Failure> {
         MemoryClient::failure(self)
     }
+
+    fn unanswerable(&self) -> Option<Failure> {
+        MemoryClient::failure(self)
+    }
 }
 
 impl MemoryClient {
@@ -1353,6 +1357,24 @@ mod tests {
         assert_ne!(xa.release_scoped(&Who::thread()), ScopedExit::Released);
         xa.untag_hold(7);
         assert!(xb.unlock());
+    }
+
+    #[test]
+    fn a_closed_client_answers_nothing_while_another_holds() {
+        let scope = scope();
+        let (a, b) = two_clients(&scope);
+        let k = key_in_shard_0("x", 1000);
+        let xb = NamedView::new(b.clone(), k.clone(), Mode::Exclusive);
+        assert!(xb.try_lock());
+        xb.record(false, Who::thread()).unwrap();
+        let xa = NamedView::new(a.clone(), k, Mode::Exclusive);
+        assert!(xa.unanswerable().is_none());
+        assert!(xa.is_locked());
+        a.close_all(Arc::new("closed"));
+        // Not "unlocked": a closed client says it cannot answer.
+        assert_eq!(xa.unanswerable(), Some(Failure::closed()));
+        assert!(xb.unanswerable().is_none());
+        assert!(xb.is_locked());
     }
 
     #[test]

@@ -86,8 +86,10 @@ pub trait Session: Send + Sync {
     /// Why the locks of this session cannot be acquired, if they cannot.
     fn failure(&self) -> Option<Failure>;
     /// Why this session cannot say who holds and waits (`query`, `statistics`), if it
-    /// cannot: a manager made before `fork()`, in the child, whose records, descriptors
-    /// and connections are the parent's.
+    /// cannot: a closed manager, which no longer reaches its scope (the same answer at
+    /// every scope, though the in-process one could still give one), or a manager made
+    /// before `fork()`, in the child, whose records, descriptors and connections are the
+    /// parent's.
     fn unanswerable(&self) -> Option<Failure> {
         None
     }

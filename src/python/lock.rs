@@ -96,7 +96,8 @@ macro_rules! lock_methods {
 
             /// True while the lock is held (in this view's mode, for a ``SharableLock`` view).
             ///
-            /// A named lock of a manager made before ``fork()`` raises ``BackendError`` in the child.
+            /// A named lock of a closed manager, or of a manager made before ``fork()`` (in the
+            /// child), raises ``BackendError``.
             fn locked(&self, py: Python<'_>) -> PyResult<bool> {
                 $crate::python::acquire::answered(py, self.kind(), |k| {
                     $crate::python::kind::Kind::is_locked(k)
@@ -107,7 +108,8 @@ macro_rules! lock_methods {
             ///
             /// See ``LockStatistics``. Both views of a ``SharableLock`` report the same
             /// ``waiting``: the lock has one queue. Nothing is waited for or changed. A named lock
-            /// of a manager made before ``fork()`` raises ``BackendError`` in the child.
+            /// of a closed manager, or of a manager made before ``fork()`` (in the child), raises
+            /// ``BackendError``.
             fn statistics(&self, py: Python<'_>) -> PyResult<$crate::python::stats::PyLockStatistics> {
                 $crate::python::acquire::answered(py, self.kind(), |k| {
                     $crate::python::kind::Kind::statistics(k)

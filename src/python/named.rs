@@ -32,8 +32,8 @@ use super::unlock::PyUnlock;
 /// so ``lock(n)`` excludes both modes of ``sharable_lock(n)``. Two managers of the same
 /// url are two clients of the same locks. A named lock costs no memory while nobody holds
 /// or waits for it. ``close()`` (or leaving ``with LockManager(...)``) ends this manager's
-/// holds, cancelling their ``Unlock.lost`` tokens, and fails its waiters and later acquires
-/// with ``BackendError``.
+/// holds, cancelling their ``Unlock.lost`` tokens, and fails its waiters, later acquires and
+/// ``query()``, ``locked()`` and ``statistics()`` with ``BackendError``.
 /// At ``"file:///dir"`` (Linux) the directory is made if missing and holds one
 /// file, ``ctxlock.table``; a process's holds there are kernel locks, freed when it dies.
 /// A manager made before ``fork()`` raises ``BackendError`` in the child (its acquires,
@@ -144,7 +144,8 @@ impl PyLockManager {
     /// the scope, as ``LockInfo`` objects (ordered by name, then by ``since``).
     ///
     /// Raises:
-    ///     BackendError: in a child process, for a manager made before ``fork()``.
+    ///     BackendError: the manager is closed, or (in a child process) was made before
+    ///         ``fork()``.
     // The text signature is spelled out: PyO3 shows a default of `String::new()` as `...`.
     #[pyo3(signature = (prefix = String::new()), text_signature = "($self, prefix='')")]
     fn query(
@@ -168,7 +169,8 @@ impl PyLockManager {
     }
 
     /// End this manager: its holds end (each ``Unlock.lost`` is cancelled with a
-    /// ``BackendError``), its waiters and later acquires raise ``BackendError``. Other
+    /// ``BackendError``), its waiters, later acquires, ``query()``, ``locked()`` and
+    /// ``statistics()`` raise ``BackendError``. Other
     /// managers of the scope are not affected. Calling it again does nothing. A manager
     /// garbage-collected without ``close()`` ends its holds the same way (only a ``with``
     /// entered and never exited can have left one: the rest keep their manager alive).
@@ -282,6 +284,16 @@ impl PyLockInfo {
 
     fn __reduce__(slf: &Bound<'_, Self>) -> PyResult<()> {
         Err(super::errors::not_picklable(slf.as_any()))
+    }
+}
+
+/// Why a named lock's repr has no state: its manager was closed, or made before `fork()`
+/// (`Session::unanswerable`).
+fn unanswered(manager: &Py<PyLockManager>) -> &'static str {
+    if manager.get().is_closed() {
+        "of a closed manager"
+    } else {
+        "of a parent process"
     }
 }
 
@@ -421,7 +433,8 @@ lock_methods!(PyNamedLock(NamedView) {
     fn __repr__(&self, py: Python<'_>) -> String {
         let (name, mode) = (self.view.name(), mode_name(self.view.mode()));
         let Ok(s) = super::acquire::answered(py, &self.view, |v| v.statistics()) else {
-            return format!("<ctxlock.NamedLock {name:?} {mode} (of a parent process)>");
+            let why = unanswered(&self.manager);
+            return format!("<ctxlock.NamedLock {name:?} {mode} ({why})>");
         };
         let state = if s.locked { "locked" } else { "unlocked" };
         format!("<ctxlock.NamedLock {name:?} {mode} {state} waiting={}>", s.waiting)
@@ -454,7 +467,8 @@ impl PyNamedSharableLock {
 
     /// A snapshot of the whole lock, across every client of the scope: ``locked`` in either
     /// mode, ``holders`` (one writer or the readers) and ``waiting`` (both modes share one
-    /// queue). For a manager made before ``fork()``, ``BackendError`` in the child.
+    /// queue). ``BackendError`` for a closed manager, or in the child for a manager made
+    /// before ``fork()``.
     fn statistics(&self, py: Python<'_>) -> PyResult<crate::python::stats::PyLockStatistics> {
         let (exclusive, shared) = (&self.exclusive.get().view, &self.shared.get().view);
         super::acquire::answered(py, exclusive, |exclusive| {
@@ -484,10 +498,8 @@ impl PyNamedSharableLock {
         let Ok((exclusive, shared)) =
             super::acquire::answered(py, v, |v| (v.statistics(), shared.statistics()))
         else {
-            return format!(
-                "<ctxlock.NamedSharableLock {:?} (of a parent process)>",
-                v.name()
-            );
+            let why = unanswered(&self.exclusive.get().manager);
+            return format!("<ctxlock.NamedSharableLock {:?} ({why})>", v.name());
         };
         let state = if exclusive.locked {
             "locked exclusive".to_owned()
