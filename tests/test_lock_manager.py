@@ -321,8 +321,15 @@ def test_a_closed_manager_answers_who_holds_with_backend_error(ns: str, managers
     mgr, other = managers(2)
     lock, rw = mgr.lock(ns + "a"), mgr.sharable_lock(ns + "a")
     held = other.lock(ns + "a").acquire()
-    assert [i.name for i in mgr.query(ns)] == [ns + "a"]
+    assert [i.name for i in mgr.query(ns + "a")] == [ns + "a"]
+    mine = mgr.lock(ns + "b").acquire()
+    assert " holding lock=" in repr(mine), repr(mine)
     mgr.close()
+    # Its own hold ended with it: lost, before and after its unlock() (which finds nothing).
+    assert " lost lock=" in repr(mine), repr(mine)
+    assert mine.lost.cancelled
+    mine()
+    assert " lost lock=" in repr(mine), repr(mine)
     asks = {
         "query": lambda: mgr.query(ns),
         "locked": lock.locked,
@@ -340,7 +347,9 @@ def test_a_closed_manager_answers_who_holds_with_backend_error(ns: str, managers
     assert [i.name for i in other.query(ns)] == [ns + "a"]
     assert other.lock(ns + "a").locked()
     held()
+    assert " released lock=" in repr(held), repr(held)
     assert_free(other, ns + "a")
+    assert_free(other, ns + "b")
 
 
 def test_closing_one_manager_leaves_the_others_working(ns: str, managers: Managers) -> None:

@@ -86,7 +86,7 @@ pub(crate) trait Kind: RawLock + Clone + 'static {
         false
     }
     /// Why `locked()` and `statistics()` cannot answer, if they cannot (a named lock of
-    /// a manager made before `fork()`, in the child).
+    /// a closed manager, or of a manager made before `fork()`, in the child).
     #[inline]
     fn unanswerable(&self) -> Option<String> {
         None

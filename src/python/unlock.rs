@@ -203,17 +203,26 @@ impl PyUnlock {
         Err(super::errors::not_picklable(slf.as_any()))
     }
 
-    // Mode, state and the repr of the lock it holds.
+    // Mode, state (released by it, lost without it, or holding) and the repr of the lock.
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        let owner = &self.unlock.hold().owner;
+        let hold = self.unlock.hold();
+        let owner = &hold.owner;
         let mode = match owner.kind().mode() {
             Mode::Exclusive => "exclusive",
             Mode::Shared => "shared",
         };
         let state = if self.unlock.released() {
-            "released"
+            if hold.ended_before_release() {
+                "lost"
+            } else {
+                "released"
+            }
         } else {
-            "holding"
+            match owner.kind().lost(hold.held) {
+                Some(Lost::Ended) => "lost",
+                Some(Lost::Live(t)) if t.is_cancelled() => "lost",
+                _ => "holding",
+            }
         };
         let lock = owner.object().bind(py).repr()?;
         Ok(format!("<ctxlock.Unlock {mode} {state} lock={lock}>"))
