@@ -738,7 +738,8 @@ impl<K: Gatekeeper> Session for Cohort<K> {
         if self.keeper.made_before_fork() {
             return Some(forked_failure());
         }
-        self.local().is_closed().then(Failure::closed)
+        // Closed: the private scope's client says so, as it does for the memory scope.
+        Session::unanswerable(&**self.local())
     }
 }
 
