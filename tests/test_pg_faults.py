@@ -464,6 +464,9 @@ def test_terminating_the_holders_session_loses_the_hold_and_hands_the_name_on(
     figure(f"pg_terminate_backend ({held_as}) -> lost", f"{lost_at[0] - terminated_at:.3f} s")
     assert isinstance(unlock.lost.reason, BackendError), unlock.lost.reason
     assert isinstance(unlock.lost.reason.reason, str) and unlock.lost.reason.reason
+    # Its repr says so before and after its unlock(): it released nothing.
+    assert " lost lock=" in repr(unlock), repr(unlock)
+    assert " holding lock=" in repr(theirs), repr(theirs)
     # A hold on another session of the manager is not lost; one on the same session is.
     if other_pid == pid:
         assert other.lost.wait(PATIENCE)
@@ -476,6 +479,7 @@ def test_terminating_the_holders_session_loses_the_hold_and_hands_the_name_on(
     # The lost hold's unlock() is harmless: it never releases the waiter's hold.
     unlock()
     unlock()
+    assert " lost lock=" in repr(unlock), repr(unlock)
     assert not take_and_release(third, "t:a")
     assert not theirs.lost.cancelled
     # The terminated manager works again for new acquires.
