@@ -205,6 +205,69 @@ fn test_fair_lock_is_fifo_across_threads_and_tasks() {
 }
 
 #[test]
+fn test_mutual_exclusion_with_waiters_that_spin_and_watch() {
+    // The free-threaded binding's way in: spin before queueing, compete at once when
+    // woken, and watch the lock after a lost competition (`acquire::block` with spins;
+    // one spin here, so that threads queue often and many watches run: from tens to a
+    // thousand per run). Some waits have a deadline short enough to pass while they
+    // watch, so those give up right after a watch.
+    let _watchdog = watchdog("test_mutual_exclusion_with_waiters_that_spin_and_watch");
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 20_000;
+    let lock = Lock::new();
+    let holders = Holders::default();
+    let count = AtomicUsize::new(0);
+    thread::scope(|s| {
+        for t in 0..THREADS {
+            let (lock, holders, count) = (&lock, &holders, &count);
+            s.spawn(move || {
+                let mut done = 0;
+                let mut i = 0;
+                while done < ROUNDS {
+                    i += 1;
+                    let wait = if (t + i) % 7 == 0 {
+                        for_at_most(Duration::from_micros(20))
+                    } else {
+                        forever()
+                    };
+                    let taken = lock.try_lock()
+                        || ctxlock::acquire::block(&**lock, wait, Compete::AtOnce, 1, |w| w.step())
+                            .map(|()| true)
+                            .or_else(|e| match e {
+                                AcquireError::Timeout => Ok(false),
+                                e => Err(e),
+                            })
+                            .unwrap();
+                    if !taken {
+                        continue; // timed out, and left the queue
+                    }
+                    holders.enter();
+                    // ORDERING: Relaxed load and store, not an RMW: only the lock keeps
+                    // two updates from overwriting each other.
+                    let n = count.load(Ordering::Relaxed);
+                    // ORDERING: as above.
+                    count.store(n + 1, Ordering::Relaxed);
+                    // Hold for a while, so that woken waiters find the lock taken again.
+                    for _ in 0..64 {
+                        std::hint::spin_loop();
+                    }
+                    holders.leave();
+                    assert!(lock.unlock());
+                    done += 1;
+                }
+            });
+        }
+    });
+    // ORDERING: the scope joined every thread.
+    assert_eq!(
+        count.load(Ordering::Relaxed),
+        THREADS * ROUNDS,
+        "an update was lost"
+    );
+    assert_free(&lock);
+}
+
+#[test]
 fn test_barging_lock_never_starves_a_waiter() {
     let _watchdog = watchdog("test_barging_lock_never_starves_a_waiter");
     // Holders that re-take the lock the moment they drop it: a barging release only

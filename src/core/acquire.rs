@@ -14,6 +14,8 @@
 //!    tries once more and does not queue), a task through [`TaskWait`]. Either gives up
 //!    through the one give-up rule (`give_up.rs`).
 
+use std::time::{Duration, Instant};
+
 use super::cancel::CancelToken;
 use super::deadline::Timeout;
 use super::error::AcquireError;
@@ -102,7 +104,8 @@ pub fn lock<L: RawLock + ?Sized, E>(lock: &L, wait: Wait<'_, E>) -> Result<(), A
 
 /// Rule 4 for a thread that ran rules 1 to 3: first [`spin`] up to `spins` times, then
 /// step the wait until it holds the lock. `step` runs one step (the binding releases the
-/// GIL around it); a thread woken to compete competes after it.
+/// GIL around it); a thread woken to compete competes after it, and if it lost and may
+/// spin (`spins` > 0, competing at once), it [`watch`]es before the next step parks it.
 #[cold]
 pub fn block<'a, L: RawLock + ?Sized, E>(
     lock: &'a L,
@@ -114,12 +117,61 @@ pub fn block<'a, L: RawLock + ?Sized, E>(
     if spin(lock, spins) {
         return Ok(());
     }
+    let watches = spins > 0 && compete == Compete::AtOnce;
     let mut waiting = ThreadWait::new(lock, wait, compete);
     loop {
         match step(&mut waiting)? {
             Woken::Acquired => return Ok(()),
             Woken::Retry if waiting.compete() => return Ok(()),
+            Woken::Retry if watches && watch(lock, &mut waiting, WATCH_FOR) => return Ok(()),
             Woken::Retry => {}
+        }
+    }
+}
+
+/// How long a woken thread that lost its competition watches the lock before it parks
+/// again: about what parking and being woken again cost it (a futex wait, a wake-up, a
+/// thread switch: tens of microseconds on the machines BENCHMARKS.md was measured on).
+/// Watching never costs much more than the park it may save, the rule of adaptive
+/// mutexes, while the holder runs; where threads outnumber cores the holder may be
+/// waiting for the very CPU the watcher keeps busy, and the bound is what limits that.
+const WATCH_FOR: Duration = Duration::from_micros(50);
+
+/// How many spin-loop hints pass between two reads of the clock while watching: a few
+/// hundred nanoseconds' worth to about one read, so the clock costs the watch little
+/// and ends it near its time.
+const WATCH_CLOCK_EVERY: u32 = 16;
+
+/// A woken thread lost its competition and is queued again: for `how_long`,
+/// look at the lock between spin-loop hints, and compete again whenever it looks free
+/// (or a release reached this waiter meanwhile). True if that took the lock.
+///
+/// Why a woken thread watches, where [`spin`] does not look between its yields: the
+/// spinner has not waited yet, and a spinner that took the lock the moment it came free
+/// made the lock's cache lines cross between cores on every hold. A woken thread has
+/// waited already, and the release that woke it chose it to go next; yet without a GIL
+/// the holder runs on and takes the lock again at once, so a woken thread that looked
+/// once lost one competition in three to five, parked again, and paid a wake-up (tens of
+/// microseconds) per loss. Those losses in a row were most of
+/// ctxlock's waits of 0.2-1 ms on free-threaded 3.14 (BENCHMARKS.md). The holder lets go
+/// every few hundred nanoseconds, so a watcher nearly always gets the lock within a few
+/// microseconds. As with the spin, the deadline and the token are not looked at: the
+/// watch is short, and an acquire that wins a race against a cancel may succeed.
+fn watch<'a, L: RawLock + ?Sized, E>(
+    lock: &L,
+    waiting: &mut ThreadWait<'a, L, E>,
+    how_long: Duration,
+) -> bool {
+    let until = Instant::now() + how_long;
+    loop {
+        for _ in 0..WATCH_CLOCK_EVERY {
+            std::hint::spin_loop();
+            if (lock.looks_free() || waiting.woken()) && waiting.compete() {
+                return true;
+            }
+        }
+        if Instant::now() >= until {
+            return false;
         }
     }
 }
@@ -171,6 +223,7 @@ mod tests {
     use std::sync::atomic::Ordering::Relaxed;
 
     use super::*;
+    use crate::core::raw::{Enqueued, Notify, RawWaiter, Status};
 
     /// A lock whose answers are scripted: held (with nobody queued) for the first
     /// `held_for` looks, free after; counts looks and tries.
@@ -240,6 +293,162 @@ mod tests {
         let lock = Scripted::new(1);
         assert!(!spin(&lock, 0));
         assert_eq!(lock.counts(), (0, 0));
+    }
+
+    /// A lock held for its first `free_after` looks and free after, whose one waiter
+    /// reads its statuses from a script (the last one repeats) and wins a competition
+    /// when the lock is free or it was granted. Counts looks and competitions.
+    struct Watched {
+        script: std::sync::Arc<WatchScript>,
+    }
+
+    struct WatchScript {
+        free_after: usize,
+        statuses: std::sync::Mutex<Vec<Status>>,
+        looks: AtomicUsize,
+        competes: AtomicUsize,
+        granted: std::sync::atomic::AtomicBool,
+    }
+
+    struct WatchedWaiter(std::sync::Arc<WatchScript>);
+
+    impl Watched {
+        fn new(free_after: usize, statuses: &[Status]) -> Watched {
+            let mut statuses = statuses.to_vec();
+            statuses.reverse();
+            Watched {
+                script: std::sync::Arc::new(WatchScript {
+                    free_after,
+                    statuses: std::sync::Mutex::new(statuses),
+                    looks: AtomicUsize::new(0),
+                    competes: AtomicUsize::new(0),
+                    granted: Default::default(),
+                }),
+            }
+        }
+
+        /// (looks, competitions) so far.
+        fn counts(&self) -> (usize, usize) {
+            // ORDERING: Relaxed: one thread only.
+            (
+                self.script.looks.load(Relaxed),
+                self.script.competes.load(Relaxed),
+            )
+        }
+    }
+
+    impl WatchScript {
+        fn free(&self) -> bool {
+            // ORDERING: Relaxed: one thread only.
+            self.looks.load(Relaxed) > self.free_after
+        }
+    }
+
+    impl RawLock for Watched {
+        type Waiter = WatchedWaiter;
+
+        fn try_lock(&self) -> bool {
+            false
+        }
+
+        fn unlock(&self) -> bool {
+            true
+        }
+
+        fn enqueue(&self, _: Notify, _: Compete) -> Enqueued<WatchedWaiter> {
+            Enqueued::Queued(WatchedWaiter(self.script.clone()))
+        }
+
+        fn looks_free(&self) -> bool {
+            // ORDERING: Relaxed: one thread only.
+            self.script.looks.fetch_add(1, Relaxed);
+            self.script.free()
+        }
+    }
+
+    impl RawWaiter for WatchedWaiter {
+        fn status(&self) -> Status {
+            let mut statuses = self.0.statuses.lock().unwrap();
+            let status = if statuses.len() > 1 {
+                statuses.pop().unwrap()
+            } else {
+                statuses[0]
+            };
+            if status == Status::Granted {
+                // ORDERING: Relaxed: one thread only.
+                self.0.granted.store(true, Relaxed);
+            }
+            status
+        }
+
+        fn abandon(&self) -> bool {
+            true
+        }
+
+        fn compete(&self) -> bool {
+            // ORDERING: Relaxed: one thread only.
+            self.0.competes.fetch_add(1, Relaxed);
+            self.0.free() || self.0.granted.load(Relaxed)
+        }
+    }
+
+    /// `block` on `lock` with `spins` and `compete`, counting its steps.
+    fn block_counting_steps(lock: &Watched, compete: Compete, spins: u32) -> usize {
+        let mut steps = 0;
+        block(lock, Wait::<()>::default(), compete, spins, |w| {
+            steps += 1;
+            w.step()
+        })
+        .expect("the scripted wait ends holding the lock");
+        steps
+    }
+
+    #[test]
+    fn a_woken_thread_that_lost_watches_and_competes_again_once_the_lock_looks_free() {
+        // Woken, it loses (held), then looks 4 times: free on the 4th, and wins without
+        // a second step (which would park).
+        let lock = Watched::new(3, &[Status::Retry, Status::Waiting]);
+        assert_eq!(block_counting_steps(&lock, Compete::AtOnce, 40), 1);
+        assert_eq!(lock.counts(), (4, 2));
+    }
+
+    #[test]
+    fn only_a_thread_that_competes_at_once_and_may_spin_watches() {
+        // With no spins (a GIL), or competing later (after taking the GIL back), a lost
+        // competition goes straight to the next step, which finds the grant here.
+        for (compete, spins) in [(Compete::AtOnce, 0), (Compete::Later, 40)] {
+            let lock = Watched::new(0, &[Status::Retry, Status::Granted]);
+            assert_eq!(block_counting_steps(&lock, compete, spins), 2);
+            assert_eq!(lock.counts(), (0, 1), "{compete:?} with {spins} spins");
+        }
+    }
+
+    #[test]
+    fn a_watch_competes_when_a_release_reached_the_waiter_and_otherwise_ends_in_time() {
+        // Granted while it watches a lock that never looks free (it holds it now): it
+        // competes at once, which answers that it holds the lock.
+        let lock = Watched::new(
+            usize::MAX,
+            &[Status::Retry, Status::Waiting, Status::Granted],
+        );
+        let mut waiting = ThreadWait::new(&lock, Wait::<()>::default(), Compete::AtOnce);
+        assert_eq!(waiting.step().ok(), Some(Woken::Retry));
+        assert!(!waiting.compete());
+        assert!(watch(&lock, &mut waiting, Duration::from_secs(60)));
+        assert_eq!(lock.counts(), (2, 2));
+        // Nothing comes: it gives up after its time, having looked and not competed.
+        let lock = Watched::new(usize::MAX, &[Status::Retry, Status::Waiting]);
+        let mut waiting = ThreadWait::new(&lock, Wait::<()>::default(), Compete::AtOnce);
+        assert_eq!(waiting.step().ok(), Some(Woken::Retry));
+        assert!(!waiting.compete());
+        let started = Instant::now();
+        assert!(!watch(&lock, &mut waiting, Duration::from_millis(2)));
+        assert!(started.elapsed() >= Duration::from_millis(2));
+        let (looks, competes) = lock.counts();
+        assert!(
+            looks >= WATCH_CLOCK_EVERY as usize && competes == 1,
+            "{looks} {competes}"
+        );
     }
 
     #[test]

@@ -49,6 +49,11 @@ impl RawLock for LockView {
         self.slot.may_spin()
     }
 
+    #[inline]
+    fn looks_free(&self) -> bool {
+        self.mode == Mode::Exclusive && self.slot.looks_free()
+    }
+
     fn enqueue(&self, notify: Notify, compete: Compete) -> Enqueued<SlotWaiter> {
         let waiter = Arc::new(Waiter::new(self.mode, notify, compete == Compete::Later));
         if self.slot.enqueue(&waiter) {

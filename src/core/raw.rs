@@ -108,6 +108,19 @@ pub trait RawLock: Send + Sync {
     fn may_spin(&self) -> bool {
         false
     }
+
+    /// Whether an exclusive hold looks free to take right now, for a woken thread that
+    /// lost its competition and watches for the next chance ([`acquire::block`]): a
+    /// plain read, which the competition then decides. Kinds that never answer
+    /// [`Status::Retry`], and kinds that cannot tell with one read (a named lock, whose
+    /// slot is behind its table), keep the default, never: a watch then competes only
+    /// once a release has reached the waiter.
+    ///
+    /// [`acquire::block`]: super::acquire::block
+    #[inline]
+    fn looks_free(&self) -> bool {
+        false
+    }
 }
 
 /// A queued acquire of one [`RawLock`].

@@ -150,6 +150,14 @@ impl Slot {
         slot_held(s) && s & QUEUED == 0
     }
 
+    /// Nobody holds the slot (see [`RawLock::looks_free`]).
+    ///
+    /// [`RawLock::looks_free`]: super::raw::RawLock::looks_free
+    #[inline]
+    pub(crate) fn looks_free(&self) -> bool {
+        !slot_held(self.state())
+    }
+
     /// The uncontended acquire: one CAS, no mutex, no clock.
     #[inline]
     pub(crate) fn try_lock(&self, mode: Mode) -> bool {

@@ -158,6 +158,15 @@ impl<'a, L: RawLock + ?Sized, E> ThreadWait<'a, L, E> {
         }
     }
 
+    /// Whether a release reached the queued waiter since it last looked (it was granted
+    /// the lock, or woken to compete): then [`ThreadWait::compete`] or the next step has
+    /// news for it. False before it queued.
+    pub fn woken(&self) -> bool {
+        self.waiter
+            .as_ref()
+            .is_some_and(|w| w.status() != Status::Waiting)
+    }
+
     /// After [`Woken::Retry`]: take the lock if it is free; else stay queued and let the
     /// next step park. True if the caller now holds the lock.
     pub fn compete(&mut self) -> bool {

@@ -88,6 +88,8 @@ const COMPETE: Compete = Compete::AtOnce;
 /// How many times a thread that found the lock taken yields before it looks again and
 /// queues if it is still taken (see `acquire::spin`): as CPython's `PyMutex`, 40 without
 /// a GIL and none with one (the holder could not run while the spinner holds the GIL).
+/// Spins also let a thread woken to compete that lost watch the lock briefly before it
+/// parks again (`acquire::watch`), which without a GIL is where it runs beside the holder.
 #[cfg(not(Py_GIL_DISABLED))]
 const SPINS: u32 = 0;
 #[cfg(Py_GIL_DISABLED)]
