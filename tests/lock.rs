@@ -48,6 +48,51 @@ impl Holders {
     }
 }
 
+/// A critical section that notices a second holder or a lost update: who is inside, and
+/// a counter updated with a plain load and store, so that only the lock keeps two
+/// holders' updates from overwriting each other.
+#[derive(Default)]
+struct Guarded {
+    holders: Holders,
+    count: AtomicUsize,
+}
+
+impl Guarded {
+    /// One hold's work: enter, update the count, stay for `busy` spin-loop hints, leave.
+    fn critical_section(&self, busy: u32) {
+        self.holders.enter();
+        // ORDERING: Relaxed load and store, not an RMW: only the lock orders them.
+        let n = self.count.load(Ordering::Relaxed);
+        // ORDERING: as above.
+        self.count.store(n + 1, Ordering::Relaxed);
+        for _ in 0..busy {
+            std::hint::spin_loop();
+        }
+        self.holders.leave();
+    }
+
+    /// No update was lost: `holds` critical sections ran. Called after the threads that
+    /// ran them were joined, which orders the load.
+    fn assert_counted(&self, holds: usize) {
+        // ORDERING: Relaxed; the join orders it (see above).
+        assert_eq!(
+            self.count.load(Ordering::Relaxed),
+            holds,
+            "an update was lost"
+        );
+    }
+}
+
+/// Run `body(t)` on `threads` threads at once, t = 0, 1, ...; returns once all are done.
+fn on_threads(threads: usize, body: impl Fn(usize) + Sync) {
+    thread::scope(|s| {
+        for t in 0..threads {
+            let body = &body;
+            s.spawn(move || body(t));
+        }
+    });
+}
+
 /// The lock is free, nobody waits, and it can be taken and given back.
 fn assert_free(lock: &Lock) {
     assert!(!lock.is_locked(), "the lock is still held");
@@ -99,48 +144,31 @@ fn test_mutual_exclusion_under_threads() {
     const THREADS: usize = 8;
     const ROUNDS: usize = 2_000;
     for lock in both() {
-        let holders = Holders::default();
-        let count = AtomicUsize::new(0);
-        thread::scope(|s| {
-            for t in 0..THREADS {
-                let (lock, holders, count) = (&lock, &holders, &count);
-                s.spawn(move || {
-                    for i in 0..ROUNDS {
-                        // Mix the three ways in: blocking, non-blocking, once-only handle.
-                        let unlock = match (t + i) % 3 {
-                            0 => {
-                                lock.lock(forever()).unwrap();
-                                None
-                            }
-                            1 => {
-                                while !lock.try_lock() {
-                                    thread::yield_now();
-                                }
-                                None
-                            }
-                            _ => Some(lock.acquire(forever()).unwrap()),
-                        };
-                        holders.enter();
-                        // ORDERING: Relaxed load and store, not an RMW: only the lock keeps
-                        // two updates from overwriting each other.
-                        let n = count.load(Ordering::Relaxed);
-                        // ORDERING: as above.
-                        count.store(n + 1, Ordering::Relaxed);
-                        holders.leave();
-                        match unlock {
-                            Some(u) => assert!(u.unlock()),
-                            None => assert!(lock.unlock()),
-                        }
+        let guarded = Guarded::default();
+        on_threads(THREADS, |t| {
+            for i in 0..ROUNDS {
+                // Mix the three ways in: blocking, non-blocking, once-only handle.
+                let unlock = match (t + i) % 3 {
+                    0 => {
+                        lock.lock(forever()).unwrap();
+                        None
                     }
-                });
+                    1 => {
+                        while !lock.try_lock() {
+                            thread::yield_now();
+                        }
+                        None
+                    }
+                    _ => Some(lock.acquire(forever()).unwrap()),
+                };
+                guarded.critical_section(0);
+                match unlock {
+                    Some(u) => assert!(u.unlock()),
+                    None => assert!(lock.unlock()),
+                }
             }
         });
-        // ORDERING: the scope joined every thread.
-        assert_eq!(
-            count.load(Ordering::Relaxed),
-            THREADS * ROUNDS,
-            "an update was lost"
-        );
+        guarded.assert_counted(THREADS * ROUNDS);
         assert_free(&lock);
     }
 }
@@ -215,55 +243,35 @@ fn test_mutual_exclusion_with_waiters_that_spin_and_watch() {
     const THREADS: usize = 4;
     const ROUNDS: usize = 20_000;
     let lock = Lock::new();
-    let holders = Holders::default();
-    let count = AtomicUsize::new(0);
-    thread::scope(|s| {
-        for t in 0..THREADS {
-            let (lock, holders, count) = (&lock, &holders, &count);
-            s.spawn(move || {
-                let mut done = 0;
-                let mut i = 0;
-                while done < ROUNDS {
-                    i += 1;
-                    let wait = if (t + i) % 7 == 0 {
-                        for_at_most(Duration::from_micros(20))
-                    } else {
-                        forever()
-                    };
-                    let taken = lock.try_lock()
-                        || ctxlock::acquire::block(&**lock, wait, Compete::AtOnce, 1, |w| w.step())
-                            .map(|()| true)
-                            .or_else(|e| match e {
-                                AcquireError::Timeout => Ok(false),
-                                e => Err(e),
-                            })
-                            .unwrap();
-                    if !taken {
-                        continue; // timed out, and left the queue
-                    }
-                    holders.enter();
-                    // ORDERING: Relaxed load and store, not an RMW: only the lock keeps
-                    // two updates from overwriting each other.
-                    let n = count.load(Ordering::Relaxed);
-                    // ORDERING: as above.
-                    count.store(n + 1, Ordering::Relaxed);
-                    // Hold for a while, so that woken waiters find the lock taken again.
-                    for _ in 0..64 {
-                        std::hint::spin_loop();
-                    }
-                    holders.leave();
-                    assert!(lock.unlock());
-                    done += 1;
-                }
-            });
+    let guarded = Guarded::default();
+    on_threads(THREADS, |t| {
+        let mut done = 0;
+        let mut i = 0;
+        while done < ROUNDS {
+            i += 1;
+            let wait = if (t + i) % 7 == 0 {
+                for_at_most(Duration::from_micros(20))
+            } else {
+                forever()
+            };
+            let taken = lock.try_lock()
+                || ctxlock::acquire::block(&*lock, wait, Compete::AtOnce, 1, |w| w.step())
+                    .map(|()| true)
+                    .or_else(|e| match e {
+                        AcquireError::Timeout => Ok(false),
+                        e => Err(e),
+                    })
+                    .unwrap();
+            if !taken {
+                continue; // timed out, and left the queue
+            }
+            // Hold for a while, so that woken waiters find the lock taken again.
+            guarded.critical_section(64);
+            assert!(lock.unlock());
+            done += 1;
         }
     });
-    // ORDERING: the scope joined every thread.
-    assert_eq!(
-        count.load(Ordering::Relaxed),
-        THREADS * ROUNDS,
-        "an update was lost"
-    );
+    guarded.assert_counted(THREADS * ROUNDS);
     assert_free(&lock);
 }
 
