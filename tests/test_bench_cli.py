@@ -176,6 +176,11 @@ def test_the_kept_controls_run_on_a_lock_the_main_thread_made() -> None:
     with SCENARIOS["contended_1_acquire"]["threading_kept"]() as alone:
         assert isinstance(alone, ThreadingKeptAcquire)
         assert alone.run(100).ops == 100
+    # Contended, in as many threads as the row's own loops.
+    for threads in (2, 4):
+        with SCENARIOS[f"contended_{threads}_acquire"]["threading_kept"]() as contended:
+            assert isinstance(contended, ThreadingKeptAcquire)
+            assert contended.run(100).ops == 100 * threads
 
 
 def test_in_another_thread_runs_its_workload_in_a_new_thread_and_hands_back_errors() -> None:
@@ -486,8 +491,19 @@ def test_quick_contended_and_drain_rows(tmp_path: Path) -> None:
                 assert extra[f"{control}_alone_ratio"] == pytest.approx(ours / theirs)
             assert "in ctxlock's loop shape" in row["note"], row["note"]
             assert "keeping a reference to its lock per hold" in row["note"], row["note"]
+            # The reference control run contended too, in the row's threads: its own
+            # time, longest wait and thread switches beside ctxlock's in the same rounds.
+            ours, theirs = extra["ours_contended_vs_kept_ns"], extra["anchor_kept_contended_ns"]
+            assert ours > 0 and theirs > 0, extra
+            assert extra["kept_contended_ratio"] == pytest.approx(ours / theirs)
+            assert extra["ours_vs_kept_longest_wait_ns"] > 0, extra
+            assert extra["anchor_kept_longest_wait_ns"] > 0, extra
+            for who in ("ours_vs_kept", "anchor_kept"):
+                assert extra[f"{who}_switches_per_1000_ops"] >= 0, extra
+            assert "per hold (acquire(); kept = lock; ...; release()), contended:" in row["note"]
         else:
             assert "shaped_alone_ratio" not in extra and "kept_alone_ratio" not in extra, extra
+            assert not any("contended_vs" in key for key in extra), extra
         if extra["ours_starved_threads"] > 0:
             assert row["status"] == "miss", row
     drain, extra = rows["drain_100"], rows["drain_100"]["extra"]

@@ -53,15 +53,13 @@ def pair(
             more, more_extra = _controls(elsewhere, anchor, n, cfg, "elsewhere", "there")
             note = f"in a thread that did not make the lock: {text}{more}"
             return row.result(ours_ns, their_ns, ratio, note=note, extra=extra | more_extra)
-        our_wait = median([s.max_wait_ns for s in ours_samples])
-        their_wait = median([s.max_wait_ns for s in their_samples])
         # Thread switches per 1,000 operations: what a convoy costs (see BENCHMARKS.md).
-        our_switches = median([1000 * s.switches / s.ops for s in ours_samples])
-        their_switches = median([1000 * s.switches / s.ops for s in their_samples])
+        our_wait, our_switches = _waits_and_switches(ours_samples)
+        their_wait, their_switches = _waits_and_switches(their_samples)
         # The control: the same loop with no lock at all (the GIL's own longest waits).
         with SCENARIOS[scenario]["nolock"]() as control:
             control_samples = [timed(control, n) for _ in range(cfg.repeat)]
-        control_wait = median([s.max_wait_ns for s in control_samples])
+        control_wait, _ = _waits_and_switches(control_samples)
         our_share = _smallest_share(ours_samples)
         their_share = _smallest_share(their_samples)
         control_share = _smallest_share(control_samples)
@@ -71,6 +69,7 @@ def pair(
         threads = ours_samples[0].ops // n
         label = PEER_LABELS[anchor]
         alone_note, alone_extra = _alone(alone, anchor, n, cfg)
+        contended_note, contended_extra = _contended_controls(scenario, anchor, n, cfg)
         note = (
             f"longest single wait: ctxlock {format_value(our_wait, 'ns')}, "
             f"{label} {format_value(their_wait, 'ns')} (must not be longer); "
@@ -82,7 +81,7 @@ def pair(
             f"{label} {_share_text(their_share)}, no lock {_share_text(control_share)}; "
             f"threads starved (waiting, no op before all others finished) over "
             f"{cfg.repeat} runs: ctxlock {our_starved} (must be 0), {label} {their_starved}, "
-            f"no lock {control_starved}{alone_note}"
+            f"no lock {control_starved}{alone_note}{contended_note}"
         )
         extra = {
             "ours_longest_wait_ns": our_wait,
@@ -103,6 +102,7 @@ def pair(
             "anchor_starved_threads": float(their_starved),
             "no_lock_starved_threads": float(control_starved),
             **alone_extra,
+            **contended_extra,
         }
         also_ok = our_wait <= their_wait and our_starved == 0
         return row.result(ours_ns, their_ns, ratio, note=note, extra=extra, also_ok=also_ok)
@@ -149,6 +149,24 @@ CONTROLS = (
 )
 
 
+def _controls_of(scenario: str, anchor: str) -> list[tuple[str, str, str]]:
+    """The ``CONTROLS`` that ``scenario`` has: each one's name, words and peer."""
+    return [
+        (control, words, f"{anchor}_{control}")
+        for control, words in CONTROLS
+        if f"{anchor}_{control}" in SCENARIOS[scenario]
+    ]
+
+
+def _waits_and_switches(samples: Sequence[Sample]) -> tuple[float, float]:
+    """The longest single wait (the median over the runs of each run's worst) and the
+    thread switches per 1,000 operations (the median over the runs)."""
+    return (
+        median([s.max_wait_ns for s in samples]),
+        median([1000 * s.switches / s.ops for s in samples]),
+    )
+
+
 def _controls(
     scenario: str, anchor: str, n: int, cfg: Config, key: str, where: str
 ) -> tuple[str, dict[str, float]]:
@@ -158,16 +176,51 @@ def _controls(
     ``{control}_{key}_ratio``."""
     note = ""
     extra: dict[str, float] = {}
-    for control, words in CONTROLS:
-        peer = f"{anchor}_{control}"
-        if peer not in SCENARIOS[scenario]:
-            continue
+    for control, words, peer in _controls_of(scenario, anchor):
         ours_ns, their_ns, text = _one_thread(scenario, peer, anchor, n, cfg)
         note += f"; {PEER_LABELS[peer]} {words}, {where}: {text}"
         extra |= {
             f"ours_{key}_vs_{control}_ns": ours_ns,
             f"anchor_{control}_{key}_ns": their_ns,
             f"{control}_{key}_ratio": ours_ns / their_ns,
+        }
+    return note, extra
+
+
+def _contended_controls(
+    scenario: str, anchor: str, n: int, cfg: Config
+) -> tuple[str, dict[str, float]]:
+    """Each of ``CONTROLS`` that the contended ``scenario`` has, run contended against
+    ctxlock in rounds of its own (``n`` ops, interleaved): its time per op, longest single
+    wait and thread switches beside ctxlock's, so that the row's figures can be read
+    against a loop that pays what the control adds. The extra figures are
+    ``ours_contended_vs_{control}_ns``, ``anchor_{control}_contended_ns``,
+    ``{control}_contended_ratio``, ``ours_vs_{control}_longest_wait_ns``,
+    ``anchor_{control}_longest_wait_ns``, ``ours_vs_{control}_switches_per_1000_ops`` and
+    ``anchor_{control}_switches_per_1000_ops``."""
+    note = ""
+    extra: dict[str, float] = {}
+    for control, words, peer in _controls_of(scenario, anchor):
+        _, ours, theirs = _interleaved(scenario, peer, n, cfg)
+        ours_ns, their_ns = _per_op(ours), _per_op(theirs)
+        our_wait, our_switches = _waits_and_switches(ours)
+        their_wait, their_switches = _waits_and_switches(theirs)
+        note += (
+            f"; {PEER_LABELS[peer]} {words}, contended: ctxlock "
+            f"{format_value(ours_ns, 'ns/op')}, the control {format_value(their_ns, 'ns/op')}, "
+            f"ratio {ours_ns / their_ns:.3g}; longest single wait ctxlock "
+            f"{format_value(our_wait, 'ns')}, the control {format_value(their_wait, 'ns')}; "
+            f"thread switches per 1,000 ops ctxlock {our_switches:.3g}, the control "
+            f"{their_switches:.3g}"
+        )
+        extra |= {
+            f"ours_contended_vs_{control}_ns": ours_ns,
+            f"anchor_{control}_contended_ns": their_ns,
+            f"{control}_contended_ratio": ours_ns / their_ns,
+            f"ours_vs_{control}_longest_wait_ns": our_wait,
+            f"anchor_{control}_longest_wait_ns": their_wait,
+            f"ours_vs_{control}_switches_per_1000_ops": our_switches,
+            f"anchor_{control}_switches_per_1000_ops": their_switches,
         }
     return note, extra
 

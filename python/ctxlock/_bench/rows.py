@@ -51,7 +51,10 @@ over cost, so lower is better). The rows:
     ctxlock's (``u = release; acquire(); counter += 1; u()``, its bound methods made by
     the looping thread) against ctxlock's: what the interpreter charges for that shape;
     and ``threading.Lock``'s loop taking a reference to its lock on each hold, as
-    ``acquire_unlock``'s note does.
+    ``acquire_unlock``'s note does. That last control also runs contended, in the row's
+    threads, against ctxlock again: its time per op, longest single wait and thread
+    switches beside ctxlock's, since on a free-threaded build the reference is an atomic
+    count on a cache line the threads share, inside every hold.
 ``contended_4_acquire``
     The same with four threads. Target <= 1.0.
 ``drain_100``

@@ -103,11 +103,13 @@ SCENARIOS: Mapping[str, Mapping[str, WorkloadFactory]] = {
     "contended_2_acquire": {
         "ctxlock": functools.partial(CtxlockContendedAcquire, 2),
         "threading": functools.partial(ThreadingContendedAcquire, 2),
+        "threading_kept": functools.partial(ThreadingKeptAcquire, 2),
         "nolock": functools.partial(NoLockContendedAcquire, 2),
     },
     "contended_4_acquire": {
         "ctxlock": functools.partial(CtxlockContendedAcquire, 4),
         "threading": functools.partial(ThreadingContendedAcquire, 4),
+        "threading_kept": functools.partial(ThreadingKeptAcquire, 4),
         "nolock": functools.partial(NoLockContendedAcquire, 4),
     },
     "drain_100": {
