@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from decimal import Decimal
 
 import ctxlock
 import pytest
@@ -81,6 +82,9 @@ BAD_INPUTS = [
     ({"deadline": -1}, ValueError, "deadline"),
     ({"deadline": -0.001}, ValueError, "deadline"),
     ({"deadline": math.nan}, ValueError, "deadline"),
+    # Decimal's own __float__ refuses a signaling NaN: still a NaN deadline, by name.
+    ({"deadline": Decimal("sNaN")}, ValueError, "deadline must not be NaN, got sNaN"),
+    ({"deadline": Decimal("-sNaN")}, ValueError, "deadline must not be NaN, got -sNaN"),
     ({"deadline": -math.inf}, ValueError, "deadline"),
     ({"deadline": "x"}, TypeError, "deadline"),
     ({"deadline": [1]}, TypeError, "deadline"),

@@ -14,7 +14,9 @@ pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<
     };
     // `extract::<f64>` takes floats directly and ints (and anything with `__float__`)
     // through `PyFloat_AsDouble`. Its `TypeError` (not a number) becomes one naming the
-    // parameter; anything else is the user's own `__float__` raising, and comes out as is.
+    // parameter, as does the `ValueError` of a `decimal.Decimal` signaling NaN (a NaN
+    // like any other); anything else is the user's own `__float__` raising, and comes
+    // out as is.
     let py = value.py();
     let secs = value.extract::<f64>().or_else(|e| {
         // An int too large for a float is still a number of seconds: beyond any limit
@@ -28,13 +30,16 @@ pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<
                 f64::INFINITY
             });
         }
-        if !e.is_instance_of::<PyTypeError>(py) {
+        let err = if e.is_instance_of::<PyTypeError>(py) {
+            wrong_type(
+                value,
+                &format!("{name} must be a number of seconds or None"),
+            )
+        } else if e.is_instance_of::<PyValueError>(py) && signaling_nan(value) {
+            PyValueError::new_err(format!("{name} {}, got {value}", BadTimeout::NaN))
+        } else {
             return Err(e);
-        }
-        let err = wrong_type(
-            value,
-            &format!("{name} must be a number of seconds or None"),
-        );
+        };
         err.set_cause(py, Some(e));
         Err(err)
     })?;
@@ -43,6 +48,17 @@ pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<
             PyValueError::new_err(format!("{name} {e}, got {secs}"))
         }
     })
+}
+
+/// Whether `value` is a `decimal.Decimal` signaling NaN, whose `__float__` raises
+/// `ValueError` (only asked on that error's path).
+#[cold]
+fn signaling_nan(value: &Bound<'_, PyAny>) -> bool {
+    let is_snan = || -> PyResult<bool> {
+        let decimal = value.py().import("decimal")?.getattr("Decimal")?;
+        Ok(value.is_instance(&decimal)? && value.call_method0("is_snan")?.is_truthy()?)
+    };
+    is_snan().unwrap_or(false)
 }
 
 /// `blocking=`: its truth value, as `threading.Lock.acquire` takes it (`blocking=0` works).
