@@ -36,18 +36,20 @@ pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<
                 &format!("{name} must be a number of seconds or None"),
             )
         } else if e.is_instance_of::<PyValueError>(py) && signaling_nan(value) {
-            PyValueError::new_err(format!("{name} {}, got {value}", BadTimeout::NaN))
+            bad_timeout(name, BadTimeout::NaN, value)
         } else {
             return Err(e);
         };
         err.set_cause(py, Some(e));
         Err(err)
     })?;
-    Timeout::from_secs(secs).map_err(|e| match e {
-        BadTimeout::NaN | BadTimeout::Negative => {
-            PyValueError::new_err(format!("{name} {e}, got {secs}"))
-        }
-    })
+    Timeout::from_secs(secs).map_err(|e| bad_timeout(name, e, secs))
+}
+
+/// The `ValueError` of a deadline that is a number but not a usable one, naming the
+/// parameter and what it got.
+fn bad_timeout(name: &str, why: BadTimeout, got: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(format!("{name} {why}, got {got}"))
 }
 
 /// Whether `value` is a `decimal.Decimal` signaling NaN, whose `__float__` raises
