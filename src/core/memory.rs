@@ -103,6 +103,8 @@ struct Table {
     entries: HashTable<Entry>,
     /// The last fence issued by this shard.
     fence: u64,
+    /// Where the hold recorded last in this shard was (see `Recent`).
+    recent: Recent,
     /// The last wait id issued by this shard.
     wait_id: u64,
     /// Entries that went idle, kept for reuse with their slot and record vectors, so
@@ -112,6 +114,42 @@ struct Table {
     idle: usize,
     /// The process generation the records are of (see `fork.rs` and `locked`).
     generation: u64,
+}
+
+/// The fence of the hold a shard recorded last, and the bucket its entry was in then.
+/// Its release, when no other hold was recorded in the shard in between (an uncontended
+/// acquire and release), goes to that bucket without a probe and a comparison of names.
+///
+/// A hint only: the entry may have moved since (the table grew) or gone. A release uses
+/// it only if the entry in that bucket has a record of the hold's fence and the same
+/// hash. The shard's own fences are unique in it, so that entry is the hold's; fences
+/// from a wider scope are per name, so then the names are compared too (`Recent::bucket`).
+#[derive(Clone, Copy, Default)]
+struct Recent {
+    fence: u64,
+    bucket: usize,
+}
+
+impl Recent {
+    /// The bucket of the entry of `key` with a hold of `fence` that is not scoped, if
+    /// this hint is of that hold and still right.
+    #[inline]
+    fn bucket(
+        self,
+        entries: &HashTable<Entry>,
+        key: &Key,
+        fence: u64,
+        unique: bool,
+    ) -> Option<usize> {
+        if self.fence != fence {
+            return None;
+        }
+        let entry = entries.get_bucket(self.bucket)?;
+        let ours = entry.hash == key.hash()
+            && (unique || *entry.name == *key.name())
+            && entry.holds.iter().any(|h| h.fence == fence && !h.scoped);
+        ours.then_some(self.bucket)
+    }
 }
 
 /// Lock a shard's table. In a forked child, the first time: drop the wait records (and
@@ -164,23 +202,22 @@ impl Table {
         self.entries.find_mut(key.hash(), same(key))
     }
 
-    /// The entry of `key`, made if absent; pinned once more.
+    /// The entry of `key`, made if absent; pinned once more. With its bucket.
     fn pin<'t>(
         entries: &'t mut HashTable<Entry>,
         spare: &mut Vec<Entry>,
         idle: &mut usize,
         key: &Key,
         policy: Policy,
-    ) -> &'t mut Entry {
+    ) -> (usize, &'t mut Entry) {
         // `find_entry` rather than `entry`: a name in use is found without also looking
         // for the slot an insertion would take.
-        let entry = match entries.find_entry(key.hash(), same(key)) {
+        let found = match entries.find_entry(key.hash(), same(key)) {
             Ok(found) => {
-                let entry = found.into_mut();
-                if entry.pins == 0 {
+                if found.get().pins == 0 {
                     *idle -= 1;
                 }
-                entry
+                found
             }
             Err(absent) => {
                 let entry = match spare.pop() {
@@ -207,11 +244,12 @@ impl Table {
                 absent
                     .into_table()
                     .insert_unique(key.hash(), entry, |e| e.hash)
-                    .into_mut()
             }
         };
+        let bucket = found.bucket_index();
+        let entry = found.into_mut();
         entry.pins += 1;
-        entry
+        (bucket, entry)
     }
 
     /// Drop one pin of `key`'s entry (see [`unpin_found`]).
@@ -565,11 +603,21 @@ impl View<'_> {
             self.unlock();
             return Err(Failure::closed());
         }
-        let Table { entries, fence, .. } = &mut *table;
-        let entry = entries
-            .find_mut(self.key.hash(), same(self.key))
-            .expect("BUG: a hold of a name with no entry");
-        Ok(self.push_hold(fence, entry, scoped, who, since))
+        let Table {
+            entries,
+            fence,
+            recent,
+            ..
+        } = &mut *table;
+        let Ok(found) = entries.find_entry(self.key.hash(), same(self.key)) else {
+            panic!("BUG: a hold of a name with no entry");
+        };
+        let bucket = found.bucket_index();
+        let fence = self.push_hold(fence, found.into_mut(), scoped, who, since);
+        if !scoped {
+            *recent = Recent { fence, bucket };
+        }
+        Ok(fence)
     }
 
     /// Record a hold of this view in `entry` with the shard's next fence (`last`).
@@ -606,16 +654,26 @@ impl View<'_> {
     /// Release a hold of this mode, and its pin, if `pick` says there is one
     /// (`Released`): it takes the hold's record out (or finds none to take, for a hold
     /// without one). `Ended`: it took out an `ended` record, whose pin goes. `NotHeld`:
-    /// there is none (released already, or ended by `close`).
-    fn release_record(&self, pick: impl FnOnce(&mut Entry) -> ScopedExit) -> ScopedExit {
+    /// there is none (released already, or ended by `close`). `fence`: the hold's, when
+    /// the caller knows it (the shard's `Recent` hint may then find the entry).
+    fn release_record(
+        &self,
+        fence: Option<u64>,
+        pick: impl FnOnce(&mut Entry) -> ScopedExit,
+    ) -> ScopedExit {
         let mut table = locked(self.table());
         let Table {
             entries,
             spare,
             idle,
+            recent,
             ..
         } = &mut *table;
-        let Ok(mut found) = entries.find_entry(self.key.hash(), same(self.key)) else {
+        let unique = self.client.scope.fences.is_none();
+        let bucket = fence
+            .and_then(|f| recent.bucket(entries, self.key, f, unique))
+            .or_else(|| entries.find_bucket_index(self.key.hash(), same(self.key)));
+        let Some(Ok(mut found)) = bucket.map(|b| entries.get_bucket_entry(b)) else {
             return ScopedExit::NotHeld;
         };
         match pick(found.get_mut()) {
@@ -656,7 +714,10 @@ impl View<'_> {
     /// Try once; on success run `then` on the shard (still locked) and return its value.
     /// Nothing is taken if the client is closed.
     #[inline]
-    fn try_lock_with<T>(&self, then: impl FnOnce(&mut u64, &mut Entry) -> T) -> Option<T> {
+    fn try_lock_with<T>(
+        &self,
+        then: impl FnOnce(&mut u64, &mut Recent, usize, &mut Entry) -> T,
+    ) -> Option<T> {
         let mut table = locked(self.table());
         if self.client.is_closed() {
             return None;
@@ -665,10 +726,11 @@ impl View<'_> {
             entries,
             spare,
             fence,
+            recent,
             idle,
             ..
         } = &mut *table;
-        let entry = Table::pin(entries, spare, idle, self.key, self.client.scope.policy);
+        let (bucket, entry) = Table::pin(entries, spare, idle, self.key, self.client.scope.policy);
         let taken = if alone(entry, 1) {
             entry.slot.take_alone(self.mode);
             true
@@ -676,7 +738,7 @@ impl View<'_> {
             entry.slot.try_lock(self.mode)
         };
         if taken {
-            return Some(then(fence, entry));
+            return Some(then(fence, recent, bucket, entry));
         }
         table.unpin(self.key);
         None
@@ -688,12 +750,16 @@ impl View<'_> {
     #[inline]
     pub fn try_lock_recorded(&self, who: Who) -> Option<Result<u64, Failure>> {
         let since = now_coarse();
-        self.try_lock_with(|last, entry| Ok(self.push_hold(last, entry, false, who, since)))
+        self.try_lock_with(|last, recent, bucket, entry| {
+            let fence = self.push_hold(last, entry, false, who, since);
+            *recent = Recent { fence, bucket };
+            Ok(fence)
+        })
     }
 
     /// Release the hold with this fence (an `Unlock`'s).
     pub fn release(&self, fence: u64) -> bool {
-        let exit = self.release_record(|e| {
+        let exit = self.release_record(Some(fence), |e| {
             match e.holds.iter().position(|h| h.fence == fence && !h.scoped) {
                 Some(i) => {
                     e.holds.swap_remove(i);
@@ -736,7 +802,7 @@ impl View<'_> {
             }
             best
         }
-        self.release_record(|e| {
+        self.release_record(None, |e| {
             let ours = |m: Mode, c: u64| m == mode && c == client;
             let live = closest(
                 e.holds
@@ -807,12 +873,12 @@ impl View<'_> {
 impl View<'_> {
     #[inline]
     fn try_lock(&self) -> bool {
-        self.try_lock_with(|_, _| ()).is_some()
+        self.try_lock_with(|_, _, _, _| ()).is_some()
     }
 
     /// A hold with no record (one a waiter that gave up passes on).
     fn unlock(&self) -> bool {
-        self.release_record(|_| ScopedExit::Released) == ScopedExit::Released
+        self.release_record(None, |_| ScopedExit::Released) == ScopedExit::Released
     }
 
     fn enqueue(
@@ -835,6 +901,7 @@ impl View<'_> {
             let policy = self.client.scope.policy;
             (
                 Table::pin(entries, spare, idle, self.key, policy)
+                    .1
                     .slot
                     .clone(),
                 id,
@@ -1189,6 +1256,59 @@ mod tests {
             assert!(v.release(fence));
             assert!(scope.entries() <= 1);
         }
+    }
+
+    #[test]
+    fn a_release_finds_its_entry_after_the_table_moved_it() {
+        // The last hold recorded in shard 0 is `x`'s; then 300 more names of the shard
+        // are taken without a record (so `Recent` still names `x`'s hold), and the
+        // shard's table grows, moving its entries. `x`'s release must find `x`.
+        // A hash whose bucket changes as the table grows (the low bits pick it).
+        const X: u64 = 0xff_ffff;
+        let scope = scope();
+        let (a, b) = two_clients(&scope);
+        let x = NamedView::new(a.clone(), key_in_shard_0("x", X), Mode::Exclusive);
+        let fence = x.try_lock_recorded(Who::thread()).unwrap().unwrap();
+        let others: Vec<NamedView> = (1..=300)
+            .map(|i| {
+                NamedView::new(
+                    a.clone(),
+                    key_in_shard_0(&format!("n{i}"), i),
+                    Mode::Exclusive,
+                )
+            })
+            .collect();
+        for v in &others {
+            assert!(v.try_lock());
+        }
+        assert!(x.release(fence));
+        assert!(!x.release(fence), "released twice");
+        let x_of_b = NamedView::new(b.clone(), key_in_shard_0("x", X), Mode::Exclusive);
+        assert!(x_of_b.try_lock(), "x is still held");
+        assert!(x_of_b.unlock());
+        for v in &others {
+            assert!(v.is_locked(), "{} was released by x's release", v.name());
+            assert!(v.unlock());
+        }
+        assert!(scope.query("").is_empty());
+    }
+
+    #[test]
+    fn a_release_with_a_wider_scopes_fence_takes_its_own_names_hold() {
+        // Fences from a wider scope are per name: two names of one hash in one shard may
+        // have holds of the same fence. The last recorded, `y`'s, must not be released
+        // for `x`'s.
+        let scope = Arc::new(MemoryScope::private(|_| 7));
+        let client = MemoryClient::new(scope.clone());
+        let x = NamedView::new(client.clone(), key_in_shard_0("x", 5), Mode::Exclusive);
+        let y = NamedView::new(client.clone(), key_in_shard_0("y", 5), Mode::Exclusive);
+        assert_eq!(x.try_lock_recorded(Who::thread()).unwrap().unwrap(), 7);
+        assert_eq!(y.try_lock_recorded(Who::thread()).unwrap().unwrap(), 7);
+        assert!(x.release(7));
+        assert!(!x.is_locked());
+        assert!(y.is_locked(), "y's hold was released for x's");
+        assert!(y.release(7));
+        assert!(scope.query("").is_empty());
     }
 
     #[test]
