@@ -13,6 +13,8 @@ import gc
 import random
 import threading
 import time
+import warnings
+import weakref
 
 import anyio
 import pytest
@@ -300,6 +302,66 @@ def test_a_waiter_on_a_closed_loop_of_the_releasing_thread_never_blocks_the_queu
     assert_free(target)
     del task
     gc.collect()
+
+
+@pytest.mark.parametrize("released_from", ["another thread", "the loop's thread"])
+@pytest.mark.parametrize("loop_ends", ["closed", "dropped"])
+def test_a_grant_to_a_task_whose_loop_went_away_before_running_it_is_passed_on(
+    target: Target, released_from: str, loop_ends: str
+) -> None:
+    # The loop is idle but open when the lock is handed to its task, so the doorbell
+    # rings; then the loop is closed (or dropped) without running the task again. The
+    # task, its future and the wait are garbage then, and freeing them passes the lock on.
+    holder = target.blocker.acquire()
+    loop = asyncio.new_event_loop()
+
+    async def waiter() -> None:
+        async with target.view:
+            pytest.fail("a task whose loop went away ran")
+
+    task = loop.create_task(waiter())
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert not task.done()
+    if released_from == "another thread":
+        in_thread(holder).result(timeout=PATIENCE)
+    else:
+        holder()
+    if loop_ends == "closed":
+        loop.close()
+    del task, loop
+    with warnings.catch_warnings():
+        # An event loop dropped unclosed says so as it is freed.
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+    unlock = target.blocker.acquire(deadline=PATIENCE)
+    unlock()
+    assert_free(target)
+
+
+@pytest.mark.asyncio
+async def test_a_queued_task_nobody_refers_to_outlives_the_collector(target: Target) -> None:
+    # Nothing but the wait keeps a queued task (asyncio holds its tasks weakly): a
+    # collection before the grant, and one after the doorbell rang but before the loop
+    # ran the task, must leave it to get the lock.
+    holder = target.blocker.acquire()
+    got: list[bool] = []
+
+    async def waiter() -> None:
+        async with target.view:
+            got.append(True)
+
+    task = weakref.ref(asyncio.get_running_loop().create_task(waiter()))
+    await asyncio.sleep(0.05)
+    gc.collect()
+    assert task() is not None, "a queued task was collected"
+    holder()
+    gc.collect()
+    assert task() is not None, "a task the lock was handed to was collected"
+    deadline = time.monotonic() + PATIENCE
+    while not got and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert got == [True]
+    assert_free(target)
 
 
 def test_a_waiter_on_a_stopped_loop_of_the_releasing_thread_gets_the_lock_when_it_runs(

@@ -25,10 +25,12 @@ use std::task::{Wake, Waker};
 use pyo3::exceptions::{
     PyBaseException, PyRuntimeError, PyStopIteration, PyTypeError, PyValueError,
 };
+use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyIterator, PyType};
+use pyo3::PyTraverseError;
 
 use crate::core::acquire;
 use crate::core::cancel::CancelToken;
@@ -413,6 +415,23 @@ impl Acquire {
         slf
     }
 
+    /// The future's iterator of a queued wait, for the cyclic GC: the task awaits this
+    /// object, and the future's callback holds the task. Once the doorbell has rung (and
+    /// let go of the future: see `Bell`), a task whose loop went away without running it
+    /// is then garbage like any other cycle, and freeing it gives its wait up (or passes
+    /// on a lock granted to it). Before the ring the doorbell's own reference keeps the
+    /// future, and so the task, alive, as the queue of `asyncio.Lock` does.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        // `try_lock`: the collector must not block; a step running now holds no iterator
+        // in the state (it is taken out: see `Step::Running`).
+        if let Ok(state) = self.state.try_lock() {
+            if let Step::Queued(_, fut_iter) = &*state {
+                visit.call(fut_iter)?;
+            }
+        }
+        Ok(())
+    }
+
     /// For `yield from` in a generator-based coroutine.
     fn __iter__(slf: Py<Self>) -> Py<Self> {
         slf
@@ -462,11 +481,23 @@ impl Acquire {
 
 /// The waker of a queued task: rings the task's future on its own loop.
 struct Doorbell {
-    event_loop: Py<PyAny>,
-    /// The thread that runs `event_loop` (the task queued from it, see `Waiting::queue`).
+    /// The loop and the future, until the first ring takes them out (see `Bell`).
+    bell: Mutex<Option<Bell>>,
+    /// The thread that runs the loop (the task queued from it, see `Waiting::queue`).
     loop_thread: u64,
-    fut: Py<PyAny>,
     wait: OnceLock<Weak<TaskWait<Owner>>>,
+}
+
+/// What a doorbell rings: a task's loop and the future the task awaits.
+///
+/// Kept only until the first ring. After it the task wakes (and settles the wait) or its
+/// loop is closed (and the doorbell gives the wait up), so nothing rings again. Kept
+/// longer, these references, which the cyclic GC cannot see, would keep alive a task
+/// whose loop was closed or dropped after the ring, with the lock granted to it: the
+/// loop's ready queue then held the only other way to it.
+struct Bell {
+    event_loop: Py<PyAny>,
+    fut: Py<PyAny>,
 }
 
 impl Doorbell {
@@ -481,9 +512,22 @@ impl Doorbell {
     /// `call_soon`, which the loop runs when it runs again, and which raises
     /// `RuntimeError` if the loop is closed.
     fn ring(&self, py: Python<'_>) -> PyResult<bool> {
+        // Taken out under the mutex, rung outside it (no Python code runs under it).
+        let bell = self.bell.lock().unwrap_or_else(|e| e.into_inner()).take();
+        // Rung already: the task wakes for that ring.
+        let Some(bell) = bell else {
+            return Ok(true);
+        };
+        bell.ring(py, self.loop_thread == thread_ident())
+    }
+}
+
+impl Bell {
+    /// See [`Doorbell::ring`]; `on_loop_thread`: the caller runs on the loop's thread.
+    fn ring(&self, py: Python<'_>, on_loop_thread: bool) -> PyResult<bool> {
         static SET_DONE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
         let fut = self.fut.bind(py);
-        if thread_ident() == self.loop_thread {
+        if on_loop_thread {
             if fut.call_method0(intern!(py, "done"))?.is_truthy()? {
                 return Ok(true);
             }
@@ -551,9 +595,8 @@ impl Waiting {
         timeout: Timeout,
     ) -> Waiting {
         let bell = Arc::new(Doorbell {
-            event_loop,
+            bell: Mutex::new(Some(Bell { event_loop, fut })),
             loop_thread: thread_ident(),
-            fut,
             wait: OnceLock::new(),
         });
         let waker = Waker::from(bell.clone());
