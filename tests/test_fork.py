@@ -24,6 +24,7 @@ native code is killed rather than hanging the suite; the parent also gives up on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -295,6 +296,48 @@ def test_sharable_lock_held_by_other_threads_in_child(holders: StartHolder) -> N
 
     in_child(child_of_writer)
     assert rw.exclusive.locked()
+
+
+@pytest.mark.parametrize("first", ["acquire", "try_acquire"])
+@pytest.mark.parametrize("scope", ["SharableLock", "memory:"])
+def test_a_writer_of_the_parent_queued_at_the_fork_holds_back_no_reader_in_the_child(
+    holders: StartHolder, scope: str, first: str
+) -> None:
+    """A parent thread queued for the exclusive view behind a reader does not exist in the
+    child: the child's readers join the reader group at once instead of waiting behind
+    it (whether the first of them waits or only tries), and the child's own writer still
+    gets in after them."""
+    rw = SharableLock() if scope == "SharableLock" else LockManager().sharable_lock("rw")
+    reader = holders(rw.shared.acquire)
+
+    def wait_in_parent() -> None:
+        with contextlib.suppress(LockTimeout):
+            rw.exclusive.acquire(deadline=20)()
+
+    writer = threading.Thread(target=wait_in_parent, daemon=True)
+    writer.start()
+    end = time.monotonic() + 10
+    while "waiting=1" not in repr(rw) and time.monotonic() < end:
+        time.sleep(0.005)
+    assert "waiting=1" in repr(rw)
+
+    def child() -> None:
+        assert rw.statistics().waiting == 0
+        if first == "try_acquire":
+            unlock = rw.shared.try_acquire()
+            assert unlock is not None, "a reader of the child was held back"
+            unlock()
+        with rw.shared.acquire(deadline=1), rw.shared.acquire(deadline=1):
+            assert "shared by 3" in repr(rw), repr(rw)
+        assert reader.unlock is not None
+        reader.unlock()
+        with rw.exclusive.acquire(deadline=1):
+            assert rw.exclusive.locked()
+
+    in_child(child)
+    reader.release()
+    writer.join(25)
+    assert not writer.is_alive()
 
 
 # --- a lock free at the fork ------------------------------------------------------------------

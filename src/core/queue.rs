@@ -65,13 +65,15 @@ impl WaitQueue {
     }
 
     /// In a forked child, the first time: drop the blocked threads queued before the
-    /// fork (they do not exist here). Their status becomes ABANDONED.
-    pub(crate) fn forget_threads_of_parent(&mut self) {
+    /// fork (they do not exist here). Their status becomes ABANDONED. True if it dropped
+    /// any (the slot's state word then still counts them: see `Slot::enqueue`).
+    pub(crate) fn forget_threads_of_parent(&mut self) -> bool {
         let now = super::fork::generation();
         if self.generation == now {
-            return;
+            return false;
         }
         self.generation = now;
+        let before = self.len();
         for map in [&mut self.exclusive, &mut self.shared] {
             map.retain(|_, w| {
                 let ghost = w.generation != now && !w.is_task();
@@ -81,6 +83,7 @@ impl WaitQueue {
                 !ghost
             });
         }
+        self.len() < before
     }
 
     /// Queue `w` at the back, or at its old place if it queued before.

@@ -240,6 +240,12 @@ impl Slot {
         let mut s = 0;
         loop {
             if s & (WRITER | WRITER_QUEUED) != 0 {
+                // In a forked child the queued writer may be a thread of the parent.
+                if s & WRITER == 0 && super::fork::generation() != 0 && self.forget_parent() {
+                    // ORDERING: as the failure of the CAS below: a fresh guess.
+                    s = self.state.load(Ordering::Relaxed);
+                    continue;
+                }
                 return false;
             }
             debug_assert!(readers(s) < READERS_MASK >> 3, "BUG: reader count overflow");
@@ -870,7 +876,38 @@ impl Slot {
     /// Take the slot for `w` if the policy allows, else queue it. True if `w` now holds
     /// the slot.
     pub(crate) fn enqueue(&self, w: &Arc<Waiter>) -> bool {
-        self.acquire_or_queue(&mut lock(&self.queue), w)
+        let mut q = lock(&self.queue);
+        if q.forget_threads_of_parent() {
+            drop(q);
+            return self.enqueue_after_fork(w);
+        }
+        self.acquire_or_queue(&mut q, w)
+    }
+
+    /// [`Slot::enqueue`] in a forked child whose queue had blocked threads of the parent,
+    /// just dropped: first make the state word agree with the queue (a writer of the
+    /// parent left `WRITER_QUEUED` set, which would hold back every reader of the child),
+    /// granting whom the policy says, as a release does.
+    #[cold]
+    fn enqueue_after_fork(&self, w: &Arc<Waiter>) -> bool {
+        self.with_queue(|q, wake| {
+            self.settle(q, None, 0, wake);
+            self.acquire_or_queue(q, w)
+        })
+    }
+
+    /// In a forked child: drop the blocked threads of the parent from the queue if that
+    /// was not done yet, and make the state word agree (as `enqueue_after_fork`). True
+    /// if there were any (the caller may then try again).
+    #[cold]
+    fn forget_parent(&self) -> bool {
+        self.with_queue(|q, wake| {
+            let dropped = q.forget_threads_of_parent();
+            if dropped {
+                self.settle(q, None, 0, wake);
+            }
+            dropped
+        })
     }
 }
 
