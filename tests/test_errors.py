@@ -81,6 +81,8 @@ def test_raised_errors_have_the_exact_types(spawn):
 BAD_INPUTS = [
     ({"deadline": -1}, ValueError, "deadline"),
     ({"deadline": -0.001}, ValueError, "deadline"),
+    # What it got, as Python writes it (not 300 digits).
+    ({"deadline": -1e-300}, ValueError, "deadline must not be negative, got -1e-300"),
     ({"deadline": math.nan}, ValueError, "deadline"),
     # Decimal's own __float__ refuses a signaling NaN: still a NaN deadline, by name.
     ({"deadline": Decimal("sNaN")}, ValueError, "deadline must not be NaN, got sNaN"),
@@ -151,13 +153,24 @@ def test_an_exception_of_a_deadlines_float_comes_out_as_is(error, target):
     _assert_usable(lock)
 
 
-def test_an_int_too_large_for_a_float_is_no_limit_or_negative(target):
+class _Index:
+    """A number of seconds known by its ``__index__`` only."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+
+@pytest.mark.parametrize("wrap", [int, _Index], ids=["int", "__index__"])
+def test_an_int_too_large_for_a_float_is_no_limit_or_negative(target, wrap):
     # 10**400 seconds is beyond any limit, as inf is; -10**400 is negative.
     lock = target.view
-    lock.acquire(deadline=10**400)()
-    assert CancelToken(deadline=10**400).deadline is None
+    lock.acquire(deadline=wrap(10**400))()
+    assert CancelToken(deadline=wrap(10**400)).deadline is None
     with pytest.raises(ValueError, match="deadline must not be negative"):
-        lock.acquire(deadline=-(10**400))
+        lock.acquire(deadline=wrap(-(10**400)))
     _assert_usable(lock)
 
 

@@ -20,15 +20,16 @@ pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<
     let py = value.py();
     let secs = value.extract::<f64>().or_else(|e| {
         // An int too large for a float is still a number of seconds: beyond any limit
-        // (infinity, no limit), or negative.
-        if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py)
-            && value.is_instance_of::<pyo3::types::PyInt>()
-        {
-            return Ok(if value.lt(0)? {
-                f64::NEG_INFINITY
-            } else {
-                f64::INFINITY
-            });
+        // (infinity, no limit), or negative. So is such an int that an `__index__` gave
+        // (`PyFloat_AsDouble` falls back to it).
+        if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) {
+            if let Some(int) = as_int(value) {
+                return Ok(if int.lt(0)? {
+                    f64::NEG_INFINITY
+                } else {
+                    f64::INFINITY
+                });
+            }
         }
         let err = if e.is_instance_of::<PyTypeError>(py) {
             wrong_type(
@@ -43,7 +44,29 @@ pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<
         err.set_cause(py, Some(e));
         Err(err)
     })?;
-    Timeout::from_secs(secs).map_err(|e| bad_timeout(name, e, secs))
+    Timeout::from_secs(secs).map_err(|e| bad_timeout(name, e, float_repr(py, secs)))
+}
+
+/// `value` as an int: itself, or what its `__index__` returns (`None` if it has none, or
+/// it raised).
+#[cold]
+fn as_int<'py>(value: &Bound<'py, PyAny>) -> Option<Bound<'py, PyAny>> {
+    if value.is_instance_of::<pyo3::types::PyInt>() {
+        return Some(value.clone());
+    }
+    let index = value
+        .py()
+        .import("operator")
+        .and_then(|m| m.getattr("index"));
+    index.and_then(|index| index.call1((value,))).ok()
+}
+
+/// A float as Python shows it (`-1e-300`, where Rust's `Display` writes every digit).
+#[cold]
+fn float_repr(py: Python<'_>, secs: f64) -> String {
+    pyo3::types::PyFloat::new(py, secs)
+        .repr()
+        .map_or_else(|_| format!("{secs:?}"), |r| r.to_string())
 }
 
 /// The `ValueError` of a deadline that is a number but not a usable one, naming the
