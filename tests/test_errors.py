@@ -47,6 +47,28 @@ def test_lock_timeout_caught_as_timeout_error():
         raise LockTimeout("late")
 
 
+def test_a_token_cancelled_with_a_users_lock_timeout_times_out_without_naming_a_deadline(
+    target,
+):
+    # The user's own LockTimeout is the cause; only a token's deadline is said to have
+    # passed, for the token itself and for a child cancelled with it.
+    mine = LockTimeout("my own reason")
+    token = CancelToken()
+    token.cancel(mine)
+    for t in (token, token.child()):
+        with pytest.raises(LockTimeout, match="cancelled with a LockTimeout") as info:
+            target.view.acquire(t)
+        assert info.value.__cause__ is mine
+        assert "deadline" not in str(info.value)
+    due = CancelToken(deadline=0.01)
+    assert due.wait(PATIENCE)
+    for t in (due, due.child()):
+        with pytest.raises(LockTimeout, match="the cancel token's deadline passed") as info:
+            target.view.acquire(t)
+        assert info.value.__cause__ is due.reason
+    _assert_usable(target.view)
+
+
 def test_cancelled_reason():
     reason = object()
     assert Cancelled(reason).reason is reason

@@ -18,6 +18,11 @@ pyo3::import_exception!(ctxlock._errors, BackendError);
 /// A Python object carried as a token's cancellation reason.
 pub(crate) struct PyReason(pub(crate) Py<PyAny>);
 
+/// The `LockTimeout` a token's deadline cancels it with (`deadline_reason`): told apart
+/// from a `LockTimeout` a user cancels a token with, whose acquire must not say that a
+/// deadline passed.
+struct DeadlineReason(Py<PyAny>);
+
 pub(crate) fn reason(obj: Py<PyAny>) -> Reason {
     std::sync::Arc::new(PyReason(obj))
 }
@@ -26,6 +31,9 @@ pub(crate) fn reason(obj: Py<PyAny>) -> Reason {
 pub(crate) fn reason_object(py: Python<'_>, r: &Reason) -> Py<PyAny> {
     if let Some(p) = r.downcast_ref::<PyReason>() {
         return p.0.clone_ref(py);
+    }
+    if let Some(d) = r.downcast_ref::<DeadlineReason>() {
+        return d.0.clone_ref(py);
     }
     // A hold the core found lost (a database session gone): a BackendError saying why.
     match r.downcast_ref::<crate::core::named::Failure>() {
@@ -39,17 +47,29 @@ pub(crate) fn reason_object(py: Python<'_>, r: &Reason) -> Py<PyAny> {
 }
 
 /// The Python exception of an acquire that did not acquire. Every message is the core
-/// error's own (`AcquireError`'s `Display`); arguments that disagree raise `ValueError`. A token cancelled with a `LockTimeout`
-/// reason (its deadline, see `deadline_reason`) times the acquire out, with the reason
-/// as the cause; any other reason raises `Cancelled(reason)`.
+/// error's own (`AcquireError`'s `Display`), but that of a user's `LockTimeout` reason;
+/// arguments that disagree raise `ValueError`. A token cancelled with a `LockTimeout`
+/// reason (by its deadline, see `deadline_reason`, or by a user) times the acquire out,
+/// with the reason as the cause; any other reason raises `Cancelled(reason)`.
 pub(crate) fn to_pyerr<E: Into<PyErr>>(py: Python<'_>, e: AcquireError<E>) -> PyErr {
     let e = match e {
+        AcquireError::Cancelled(r) if r.downcast_ref::<DeadlineReason>().is_some() => {
+            AcquireError::TokenDeadline(r)
+        }
         AcquireError::Cancelled(r)
             if reason_object(py, &r)
                 .bind(py)
                 .is_instance_of::<LockTimeout>() =>
         {
-            AcquireError::TokenDeadline(r)
+            // A user's own `LockTimeout`: a timeout too, with no word of a deadline.
+            let err = LockTimeout::new_err(
+                "the cancel token was cancelled with a LockTimeout before the lock was acquired",
+            );
+            err.set_cause(
+                py,
+                Some(PyErr::from_value(reason_object(py, &r).into_bound(py))),
+            );
+            return err;
         }
         e => e,
     };
@@ -81,7 +101,7 @@ pub(crate) fn backend_reason(py: Python<'_>, why: &str) -> PyResult<Reason> {
 pub(crate) fn deadline_reason(py: Python<'_>) -> PyResult<Reason> {
     let args = PyTuple::new(py, ["the cancel token's deadline passed"])?;
     let exc = py.get_type::<LockTimeout>().call1(args)?;
-    Ok(reason(exc.unbind()))
+    Ok(std::sync::Arc::new(DeadlineReason(exc.unbind())))
 }
 
 /// What `__reduce__` raises for every class: a lock, token or `Unlock` cannot be pickled or
