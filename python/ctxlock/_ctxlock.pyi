@@ -537,10 +537,12 @@ class NamedLock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        """Release the hold this ``with`` took (its thread's or task's). A hold that ended
-        first (its manager closed, its connection lost) leaves nothing to release: the
-        exit returns quietly, the body's exception comes out, and no other ``with`` of the
-        manager loses its hold."""
+        """Release the hold this ``with`` took: the calling thread's (or task's), else,
+        for an exit called from a thread with no ``with`` of its own here, one taken
+        through this manager (as ``threading.Lock`` lets any thread release). A hold that
+        ended first (its manager closed, its connection lost) leaves nothing to release:
+        the exit returns quietly, the body's exception comes out, and no other ``with`` of
+        the manager loses its hold."""
     def __aenter__(self) -> Awaitable[None]: ...
     def __aexit__(
         self,
