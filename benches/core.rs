@@ -341,24 +341,24 @@ fn named_uncontended(c: &mut Criterion) {
             black_box(session.release(key, Mode::Exclusive, fence))
         })
     });
-    let model = ModelTable::new();
-    let mut next = keys.iter().cycle();
-    g.bench_function("model_table", |b| {
-        b.iter(|| {
-            let key = next.next().unwrap();
-            let (fence, _) = model.try_lock_recorded(key).expect("a free name");
-            black_box(model.release(key, fence))
-        })
-    });
-    let model = ModelTable::new();
-    let mut next = keys.iter().cycle();
-    g.bench_function("model_table_no_second_probe", |b| {
-        b.iter(|| {
-            let key = next.next().unwrap();
-            let (fence, place) = model.try_lock_recorded(key).expect("a free name");
-            black_box(model.release_at(key, place, fence))
-        })
-    });
+    for (name, from_bucket) in [
+        ("model_table", false),
+        ("model_table_no_second_probe", true),
+    ] {
+        let model = ModelTable::new();
+        let mut next = keys.iter().cycle();
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let key = next.next().unwrap();
+                let (fence, place) = model.try_lock_recorded(key).expect("a free name");
+                black_box(if from_bucket {
+                    model.release_at(key, place, fence)
+                } else {
+                    model.release(key, fence)
+                })
+            })
+        });
+    }
     let shards: Vec<Mutex<u64>> = (0..64).map(|_| Mutex::new(0)).collect();
     let mut next = keys.iter().cycle();
     g.bench_function("two_critical_sections", |b| {

@@ -282,21 +282,28 @@ def test_a_waiter_on_a_closed_loop_never_blocks_the_queue(
     assert_free(target)
 
 
+def wait_on_an_idle_loop(target: Target) -> tuple[asyncio.AbstractEventLoop, asyncio.Task[None]]:
+    """A new loop of this thread with a task queued on the (held) lock, the loop idle
+    now; the task must never run again."""
+    loop = asyncio.new_event_loop()
+
+    async def waiter() -> None:
+        async with target.view:
+            pytest.fail("a task whose loop went away got the lock")
+
+    task = loop.create_task(waiter())
+    loop.run_until_complete(asyncio.sleep(0.05))
+    assert not task.done()
+    return loop, task
+
+
 def test_a_waiter_on_a_closed_loop_of_the_releasing_thread_never_blocks_the_queue(
     target: Target,
 ) -> None:
     # The release runs on the thread of the waiter's loop, so the doorbell completes the
     # future directly instead of through call_soon_threadsafe; the loop is closed by then.
     holder = target.blocker.acquire()
-    loop = asyncio.new_event_loop()
-
-    async def waiter() -> None:
-        async with target.view:
-            pytest.fail("a task on a closed loop got the lock")
-
-    task = loop.create_task(waiter())
-    loop.run_until_complete(asyncio.sleep(0.05))
-    assert not task.done()
+    loop, task = wait_on_an_idle_loop(target)
     loop.close()
     holder()
     assert_free(target)
@@ -313,15 +320,7 @@ def test_a_grant_to_a_task_whose_loop_went_away_before_running_it_is_passed_on(
     # rings; then the loop is closed (or dropped) without running the task again. The
     # task, its future and the wait are garbage then, and freeing them passes the lock on.
     holder = target.blocker.acquire()
-    loop = asyncio.new_event_loop()
-
-    async def waiter() -> None:
-        async with target.view:
-            pytest.fail("a task whose loop went away ran")
-
-    task = loop.create_task(waiter())
-    loop.run_until_complete(asyncio.sleep(0.05))
-    assert not task.done()
+    loop, task = wait_on_an_idle_loop(target)
     if released_from == "another thread":
         in_thread(holder).result(timeout=PATIENCE)
     else:

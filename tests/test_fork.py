@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytest
 import test_lock_manager as contract
+from conftest import wait_until
 from ctxlock import (
     BackendError,
     CancelToken,
@@ -237,10 +238,7 @@ def test_lock_held_by_another_thread_with_a_waiter_does_not_hang_child(
 
     waiter = threading.Thread(target=wait_in_parent, daemon=True)
     waiter.start()
-    end = time.monotonic() + 10
-    while "waiting=1" not in repr(lock) and time.monotonic() < end:
-        time.sleep(0.005)
-    assert "waiting=1" in repr(lock)
+    assert wait_until(lambda: "waiting=1" in repr(lock), 10), repr(lock)
 
     def child() -> None:
         assert "waiting=0" in repr(lock), repr(lock)
@@ -316,10 +314,7 @@ def test_a_writer_of_the_parent_queued_at_the_fork_holds_back_no_reader_in_the_c
 
     writer = threading.Thread(target=wait_in_parent, daemon=True)
     writer.start()
-    end = time.monotonic() + 10
-    while "waiting=1" not in repr(rw) and time.monotonic() < end:
-        time.sleep(0.005)
-    assert "waiting=1" in repr(rw)
+    assert wait_until(lambda: "waiting=1" in repr(rw), 10), repr(rw)
 
     def child() -> None:
         assert rw.statistics().waiting == 0

@@ -879,35 +879,33 @@ impl Slot {
         let mut q = lock(&self.queue);
         if q.forget_threads_of_parent() {
             drop(q);
-            return self.enqueue_after_fork(w);
+            self.agree_after_fork();
+            q = lock(&self.queue);
         }
         self.acquire_or_queue(&mut q, w)
     }
 
-    /// [`Slot::enqueue`] in a forked child whose queue had blocked threads of the parent,
-    /// just dropped: first make the state word agree with the queue (a writer of the
-    /// parent left `WRITER_QUEUED` set, which would hold back every reader of the child),
-    /// granting whom the policy says, as a release does.
-    #[cold]
-    fn enqueue_after_fork(&self, w: &Arc<Waiter>) -> bool {
-        self.with_queue(|q, wake| {
-            self.settle(q, None, 0, wake);
-            self.acquire_or_queue(q, w)
-        })
-    }
-
     /// In a forked child: drop the blocked threads of the parent from the queue if that
-    /// was not done yet, and make the state word agree (as `enqueue_after_fork`). True
-    /// if there were any (the caller may then try again).
+    /// was not done yet, and make the state word agree (`agree_after_fork`). True if
+    /// there were any (the caller may then try again).
     #[cold]
     fn forget_parent(&self) -> bool {
+        let dropped = lock(&self.queue).forget_threads_of_parent();
+        if dropped {
+            self.agree_after_fork();
+        }
+        dropped
+    }
+
+    /// After the blocked threads of the parent were dropped from the queue in a forked
+    /// child: make the state word agree with the queue (a writer of the parent left
+    /// `WRITER_QUEUED` set, which would hold back every reader of the child), granting
+    /// whom the policy says, as a release does.
+    #[cold]
+    fn agree_after_fork(&self) {
         self.with_queue(|q, wake| {
-            let dropped = q.forget_threads_of_parent();
-            if dropped {
-                self.settle(q, None, 0, wake);
-            }
-            dropped
-        })
+            self.settle(q, None, 0, wake);
+        });
     }
 }
 

@@ -56,39 +56,36 @@ pub(crate) fn to_pyerr<E: Into<PyErr>>(py: Python<'_>, e: AcquireError<E>) -> Py
         AcquireError::Cancelled(r) if r.downcast_ref::<DeadlineReason>().is_some() => {
             AcquireError::TokenDeadline(r)
         }
-        AcquireError::Cancelled(r)
-            if reason_object(py, &r)
-                .bind(py)
-                .is_instance_of::<LockTimeout>() =>
-        {
-            // A user's own `LockTimeout`: a timeout too, with no word of a deadline.
-            let err = LockTimeout::new_err(
-                "the cancel token was cancelled with a LockTimeout before the lock was acquired",
-            );
-            err.set_cause(
-                py,
-                Some(PyErr::from_value(reason_object(py, &r).into_bound(py))),
-            );
-            return err;
-        }
         e => e,
     };
     let message = e.to_string();
     match e {
         AcquireError::Timeout | AcquireError::TakenNow => LockTimeout::new_err(message),
-        AcquireError::TokenDeadline(r) => {
-            let err = LockTimeout::new_err(message);
-            let cause = reason_object(py, &r).into_bound(py);
-            err.set_cause(py, Some(PyErr::from_value(cause)));
-            err
+        AcquireError::TokenDeadline(r) => timed_out_by(py, message, reason_object(py, &r)),
+        AcquireError::Cancelled(r) => {
+            let reason = reason_object(py, &r);
+            if reason.bind(py).is_instance_of::<LockTimeout>() {
+                // A user's own `LockTimeout`: a timeout too, with no word of a deadline.
+                let message =
+                    "the cancel token was cancelled with a LockTimeout before the lock was acquired";
+                timed_out_by(py, message.to_owned(), reason)
+            } else {
+                Cancelled::new_err((reason,))
+            }
         }
-        AcquireError::Cancelled(r) => Cancelled::new_err((reason_object(py, &r),)),
         AcquireError::WouldBlock => WouldBlock::new_err(message),
         AcquireError::DeadlineWithoutBlocking => PyValueError::new_err(message),
         AcquireError::Abandoned => PyRuntimeError::new_err(message),
         AcquireError::Backend(why) => BackendError::new_err((why,)),
         AcquireError::Interrupted(e) => e.into(),
     }
+}
+
+/// A `LockTimeout` saying `message`, caused by a token's `LockTimeout` reason.
+fn timed_out_by(py: Python<'_>, message: String, reason: Py<PyAny>) -> PyErr {
+    let err = LockTimeout::new_err(message);
+    err.set_cause(py, Some(PyErr::from_value(reason.into_bound(py))));
+    err
 }
 
 /// A new `BackendError` instance saying `why`: the reason a `lost` token cancels with.
