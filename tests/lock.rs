@@ -977,6 +977,74 @@ fn test_interrupt_grant_race_leaves_the_lock_consistent() {
     }
 }
 
+/// The lock `nest_a_wait` waits for, and what that wait returned; only
+/// `test_a_wait_begun_in_an_interrupt_check_makes_the_interrupted_wait_step_aside` sets it.
+static NESTED: Mutex<Option<(Lock, Option<bool>)>> = Mutex::new(None);
+
+/// The interrupt check of that test: the first time it runs, it waits for the lock its
+/// own thread is waiting for, as a Python signal handler may, then lets it go.
+fn nest_a_wait() -> Result<(), ()> {
+    let lock = {
+        let mut nested = NESTED.lock().unwrap();
+        match nested.as_mut() {
+            Some((lock, result @ None)) => {
+                *result = Some(false);
+                lock.clone()
+            }
+            _ => return Ok(()),
+        }
+    };
+    let got = lock
+        .lock(Wait::<()> {
+            deadline: Some(Instant::now() + PATIENCE),
+            ..Wait::default()
+        })
+        .is_ok();
+    if got {
+        assert!(lock.unlock());
+    }
+    NESTED.lock().unwrap().as_mut().unwrap().1 = Some(got);
+    Ok(())
+}
+
+#[test]
+fn test_a_wait_begun_in_an_interrupt_check_makes_the_interrupted_wait_step_aside() {
+    let _watchdog =
+        watchdog("test_a_wait_begun_in_an_interrupt_check_makes_the_interrupted_wait_step_aside");
+    for lock in both() {
+        assert!(lock.try_lock());
+        *NESTED.lock().unwrap() = Some((lock.clone(), None));
+        thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let r = lock.lock(Wait {
+                    deadline: Some(Instant::now() + PATIENCE),
+                    cancel: None,
+                    interrupt: Some(Interrupt {
+                        every: Duration::from_millis(2),
+                        check: nest_a_wait,
+                    }),
+                });
+                r.is_ok() && lock.unlock()
+            });
+            wait_until("the check began its wait", || {
+                NESTED.lock().unwrap().as_ref().unwrap().1.is_some()
+            });
+            // Released with the check's wait queued, or about to be: either way the
+            // interrupted wait steps aside (giving on a grant that reached it), the
+            // check's wait gets the lock, and the interrupted one gets it afterwards.
+            wait_until("one wait queued", || lock.queued() == 1);
+            assert!(lock.unlock());
+            assert!(
+                waiter.join().unwrap(),
+                "the interrupted wait did not get the lock"
+            );
+        });
+        let result = NESTED.lock().unwrap().take().unwrap().1;
+        assert_eq!(result, Some(true), "the check's wait did not get the lock");
+        assert_free(&lock);
+    }
+}
+
 #[test]
 fn test_unlock_is_once_only() {
     let _watchdog = watchdog("test_unlock_is_once_only");

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from conftest import assert_free
 from ctxlock import CancelToken, Lock, LockTimeout
 
 pytestmark = pytest.mark.skipif(
@@ -212,6 +213,62 @@ def test_exception_from_signal_handler_ends_acquire(spawn):
         u()
     finally:
         signal.signal(signal.SIGUSR1, old)
+
+
+@pytest.mark.parametrize("handler_waits", ["before the release", "after the release"])
+def test_signal_handler_may_wait_for_the_lock_its_thread_waits_for(spawn, target, handler_waits):
+    """A handler that acquires the lock its interrupted acquire waits for gets it first.
+
+    The interrupted wait steps aside while the handler waits (a grant that reached it
+    goes on), and queues again once the handler returns, as ``threading.Lock``'s does.
+    Before, the release handed the lock to the interrupted wait, which could use it only
+    once the handler returned: the handler's acquire waited out its deadline.
+    """
+    view = target.view
+    holder = spawn(target.blocker.acquire).result()
+    released = threading.Event()
+    events: list[tuple[str, float]] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        events.append(("handler", time.monotonic()))
+        if handler_waits == "after the release":
+            assert released.wait(10)
+            time.sleep(0.05)  # the release reached the interrupted wait by now
+        try:
+            unlock = view.acquire(deadline=10)
+        except LockTimeout:
+            events.append(("handler timed out", time.monotonic()))
+            return
+        events.append(("handler acquired", time.monotonic()))
+        unlock()
+
+    def signal_then_release() -> None:
+        main_ident = threading.main_thread().ident
+        assert main_ident is not None
+        time.sleep(SEND_AFTER)
+        signal.pthread_kill(main_ident, signal.SIGUSR1)
+        end = time.monotonic() + 10
+        while not events and time.monotonic() < end:
+            time.sleep(0.005)
+        time.sleep(0.2)  # the handler's acquire is queued (or the handler sleeps)
+        holder()
+        released.set()
+
+    old = signal.signal(signal.SIGUSR1, handler)
+    try:
+        helper = spawn(signal_then_release)
+        unlock = view.acquire(deadline=30)
+        acquired = time.monotonic()
+        helper.result()
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    try:
+        assert [e for e, _ in events] == ["handler", "handler acquired"]
+        assert events[1][1] <= acquired
+        assert view.locked()
+    finally:
+        unlock()
+    assert_free(target)
 
 
 # --- CancelToken.wait -------------------------------------------------------------------------

@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use super::cancel::CancelToken;
 use super::deadline::earliest;
-use super::park::{park_step, Interrupt};
+use super::park::{park_step, step_aside_interrupted, Interrupt};
 use super::sync::{current, park_until};
 
 impl CancelToken {
@@ -17,6 +17,7 @@ impl CancelToken {
         if self.is_cancelled() {
             return Ok(true);
         }
+        step_aside_interrupted();
         let me = current();
         let registration = self.on_cancel(move |_| me.unpark());
         let mut deadline = earliest(until, self.deadline());
@@ -38,7 +39,7 @@ impl CancelToken {
                     deadline = until;
                 }
             }
-            if let Err(e) = park_step(&interrupt, deadline, park_until) {
+            if let Err(e) = park_step(&interrupt, deadline, park_until, &()) {
                 break Err(e);
             }
         };

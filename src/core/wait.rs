@@ -6,13 +6,14 @@
 //! timeout; an [`Interrupt`] cuts the park into slices. On any cause but a grant the
 //! wait gives up through the one give-up rule (`give_up.rs`).
 
+use std::cell::Cell;
 use std::time::Instant;
 
 use super::cancel::{CancelToken, Registration};
 use super::deadline::earliest;
 use super::error::AcquireError;
 use super::give_up::{cancelled, give_up};
-use super::park::{park_step, Interrupt};
+use super::park::{park_step, step_aside_interrupted, Interrupt, StepAside};
 use super::raw::{Compete, Enqueued, Notify, RawLock, RawWaiter, Status};
 use super::sync::current;
 
@@ -98,62 +99,29 @@ impl<'a, L: RawLock + ?Sized, E> ThreadWait<'a, L, E> {
 
     fn step_once(&mut self) -> Result<Woken, AcquireError<E>> {
         let lock = self.lock;
-        let w = match &self.waiter {
-            Some(w) => w,
-            None => {
-                if self.wait.deadline.is_some_and(|d| d <= Instant::now()) {
-                    return if lock.try_lock() {
-                        Ok(Woken::Acquired)
-                    } else {
-                        Err(AcquireError::Timeout)
-                    };
-                }
-                match lock.enqueue(Notify::Thread(current()), self.compete) {
-                    Enqueued::Acquired => return Ok(Woken::Acquired),
-                    Enqueued::Queued(w) => self.waiter.insert(w),
-                }
-            }
-        };
         loop {
-            match w.status() {
-                Status::Granted => return Ok(Woken::Acquired),
-                Status::Retry => return Ok(Woken::Retry),
-                Status::Waiting => {}
-            }
-            if let Some(why) = lock.failure() {
-                return give_up(lock, w, AcquireError::Backend(why)).map(|()| Woken::Acquired);
-            }
-            if let Some(t) = self.wait.cancel {
-                if t.is_cancelled() {
-                    return give_up(lock, w, cancelled(t)).map(|()| Woken::Acquired);
-                }
-            }
-            if let Some(d) = self.deadline {
-                let now = Instant::now();
-                if now >= d {
-                    // The token's deadline may be the one that passed before its timer ran.
-                    match self.wait.cancel {
-                        Some(t) if t.expire_if_due(now) => {
-                            return give_up(lock, w, cancelled(t)).map(|()| Woken::Acquired);
-                        }
-                        // Its deadline passed, but the cancel that another thread began
-                        // (the timer's, on an ancestor) has not reached it yet: that
-                        // cancel unparks us; until then only our own deadline counts.
-                        Some(t)
-                            if t.deadline().is_some_and(|td| td <= now)
-                                && self.wait.deadline.is_none_or(|own| own > now) =>
-                        {
-                            self.deadline = self.wait.deadline;
-                        }
-                        _ => {
-                            return give_up(lock, w, AcquireError::Timeout)
-                                .map(|()| Woken::Acquired);
-                        }
+            let w = match &self.waiter {
+                Some(w) => w,
+                None => {
+                    if self.wait.deadline.is_some_and(|d| d <= Instant::now()) {
+                        return if lock.try_lock() {
+                            Ok(Woken::Acquired)
+                        } else {
+                            Err(AcquireError::Timeout)
+                        };
+                    }
+                    step_aside_interrupted();
+                    match lock.enqueue(Notify::Thread(current()), self.compete) {
+                        Enqueued::Acquired => return Ok(Woken::Acquired),
+                        Enqueued::Queued(w) => self.waiter.insert(w),
                     }
                 }
-            }
-            if let Err(e) = park_step(&self.wait.interrupt, self.deadline, |until| w.park(until)) {
-                return give_up(lock, w, AcquireError::Interrupted(e)).map(|()| Woken::Acquired);
+            };
+            match park_queued(lock, w, &self.wait, &mut self.deadline) {
+                Some(result) => return result,
+                // A wait begun in the interrupt's check (a signal handler) made this one
+                // leave the queue: queue again, behind the waiters that came meanwhile.
+                None => self.waiter = None,
             }
         }
     }
@@ -177,6 +145,81 @@ impl<'a, L: RawLock + ?Sized, E> ThreadWait<'a, L, E> {
             .compete();
         self.settled = took;
         took
+    }
+}
+
+/// Park a queued waiter until granted, woken to compete, or failed (`Some`), or until
+/// it stepped aside while its interrupt's check ran (`None`: it left the queue).
+fn park_queued<L: RawLock + ?Sized, E>(
+    lock: &L,
+    w: &L::Waiter,
+    wait: &Wait<'_, E>,
+    deadline: &mut Option<Instant>,
+) -> Option<Result<Woken, AcquireError<E>>> {
+    let given_up = |why| Some(give_up(lock, w, why).map(|()| Woken::Acquired));
+    loop {
+        match w.status() {
+            Status::Granted => return Some(Ok(Woken::Acquired)),
+            Status::Retry => return Some(Ok(Woken::Retry)),
+            Status::Waiting => {}
+        }
+        if let Some(why) = lock.failure() {
+            return given_up(AcquireError::Backend(why));
+        }
+        if let Some(t) = wait.cancel {
+            if t.is_cancelled() {
+                return given_up(cancelled(t));
+            }
+        }
+        if let Some(d) = *deadline {
+            let now = Instant::now();
+            if now >= d {
+                // The token's deadline may be the one that passed before its timer ran.
+                match wait.cancel {
+                    Some(t) if t.expire_if_due(now) => return given_up(cancelled(t)),
+                    // Its deadline passed, but the cancel that another thread began
+                    // (the timer's, on an ancestor) has not reached it yet: that
+                    // cancel unparks us; until then only our own deadline counts.
+                    Some(t)
+                        if t.deadline().is_some_and(|td| td <= now)
+                            && wait.deadline.is_none_or(|own| own > now) =>
+                    {
+                        *deadline = wait.deadline;
+                    }
+                    _ => return given_up(AcquireError::Timeout),
+                }
+            }
+        }
+        let aside = Aside {
+            lock,
+            waiter: w,
+            left: Cell::new(false),
+        };
+        let checked = park_step(&wait.interrupt, *deadline, |until| w.park(until), &aside);
+        match (checked, aside.left.get()) {
+            (Err(e), false) => return given_up(AcquireError::Interrupted(e)),
+            (Err(e), true) => return Some(Err(AcquireError::Interrupted(e))),
+            (Ok(()), true) => return None,
+            (Ok(()), false) => {}
+        }
+    }
+}
+
+/// A queued waiter while its interrupt's check runs.
+struct Aside<'w, L: RawLock + ?Sized> {
+    lock: &'w L,
+    waiter: &'w L::Waiter,
+    /// Whether it left the queue.
+    left: Cell<bool>,
+}
+
+impl<L: RawLock + ?Sized> StepAside for Aside<'_, L> {
+    /// Leave the queue as a cancelled waiter does: a grant that reached the waiter
+    /// meanwhile goes on to the next one (its caller never saw it).
+    fn step_aside(&self) {
+        if !self.left.replace(true) {
+            let _ = give_up(self.lock, self.waiter, AcquireError::<()>::Abandoned);
+        }
     }
 }
 
