@@ -977,23 +977,36 @@ fn test_interrupt_grant_race_leaves_the_lock_consistent() {
     }
 }
 
-/// The lock `nest_a_wait` waits for, and what that wait returned; only
-/// `test_a_wait_begun_in_an_interrupt_check_makes_the_interrupted_wait_step_aside` sets it.
-static NESTED: Mutex<Option<(Lock, Option<bool>)>> = Mutex::new(None);
+/// What `nest_a_wait` works on: the lock, whether it waits for the lock's release
+/// before it begins its own wait, and what its wait returned. Only
+/// `test_a_wait_begun_in_an_interrupt_check_makes_the_interrupted_wait_step_aside`
+/// sets it.
+struct Nested {
+    lock: Lock,
+    after_release: bool,
+    got: Option<bool>,
+}
+
+static NESTED: Mutex<Option<Nested>> = Mutex::new(None);
+static RELEASED: AtomicBool = AtomicBool::new(false);
 
 /// The interrupt check of that test: the first time it runs, it waits for the lock its
 /// own thread is waiting for, as a Python signal handler may, then lets it go.
 fn nest_a_wait() -> Result<(), ()> {
-    let lock = {
+    let (lock, after_release) = {
         let mut nested = NESTED.lock().unwrap();
         match nested.as_mut() {
-            Some((lock, result @ None)) => {
-                *result = Some(false);
-                lock.clone()
+            Some(n) if n.got.is_none() => {
+                n.got = Some(false);
+                (n.lock.clone(), n.after_release)
             }
             _ => return Ok(()),
         }
     };
+    if after_release {
+        // ORDERING: Relaxed; the release itself is ordered by the lock.
+        wait_until("the lock was released", || RELEASED.load(Ordering::Relaxed));
+    }
     let got = lock
         .lock(Wait::<()> {
             deadline: Some(Instant::now() + PATIENCE),
@@ -1003,7 +1016,7 @@ fn nest_a_wait() -> Result<(), ()> {
     if got {
         assert!(lock.unlock());
     }
-    NESTED.lock().unwrap().as_mut().unwrap().1 = Some(got);
+    NESTED.lock().unwrap().as_mut().unwrap().got = Some(got);
     Ok(())
 }
 
@@ -1011,37 +1024,52 @@ fn nest_a_wait() -> Result<(), ()> {
 fn test_a_wait_begun_in_an_interrupt_check_makes_the_interrupted_wait_step_aside() {
     let _watchdog =
         watchdog("test_a_wait_begun_in_an_interrupt_check_makes_the_interrupted_wait_step_aside");
-    for lock in both() {
-        assert!(lock.try_lock());
-        *NESTED.lock().unwrap() = Some((lock.clone(), None));
-        thread::scope(|s| {
-            let waiter = s.spawn(|| {
-                let r = lock.lock(Wait {
-                    deadline: Some(Instant::now() + PATIENCE),
-                    cancel: None,
-                    interrupt: Some(Interrupt {
-                        every: Duration::from_millis(2),
-                        check: nest_a_wait,
-                    }),
+    // The check's wait begins before the release (the interrupted wait leaves the queue
+    // at once), or after it (the fair lock was handed to the interrupted wait, which
+    // passes it on; the barging lock is free then).
+    for after_release in [false, true] {
+        for lock in both() {
+            assert!(lock.try_lock());
+            // ORDERING: Relaxed; see `nest_a_wait`.
+            RELEASED.store(false, Ordering::Relaxed);
+            *NESTED.lock().unwrap() = Some(Nested {
+                lock: lock.clone(),
+                after_release,
+                got: None,
+            });
+            thread::scope(|s| {
+                let waiter = s.spawn(|| {
+                    let r = lock.lock(Wait {
+                        deadline: Some(Instant::now() + PATIENCE),
+                        cancel: None,
+                        interrupt: Some(Interrupt {
+                            every: Duration::from_millis(2),
+                            check: nest_a_wait,
+                        }),
+                    });
+                    r.is_ok() && lock.unlock()
                 });
-                r.is_ok() && lock.unlock()
+                wait_until("the check began", || {
+                    NESTED.lock().unwrap().as_ref().unwrap().got.is_some()
+                });
+                if !after_release {
+                    // The check's wait is queued by now, nearly always; a release a
+                    // little earlier takes the other path, which passes too.
+                    thread::sleep(Duration::from_millis(50));
+                    assert_eq!(lock.queued(), 1, "the interrupted wait kept its place");
+                }
+                assert!(lock.unlock());
+                // ORDERING: Relaxed; see `nest_a_wait`.
+                RELEASED.store(true, Ordering::Relaxed);
+                assert!(
+                    waiter.join().unwrap(),
+                    "the interrupted wait did not get the lock"
+                );
             });
-            wait_until("the check began its wait", || {
-                NESTED.lock().unwrap().as_ref().unwrap().1.is_some()
-            });
-            // Released with the check's wait queued, or about to be: either way the
-            // interrupted wait steps aside (giving on a grant that reached it), the
-            // check's wait gets the lock, and the interrupted one gets it afterwards.
-            wait_until("one wait queued", || lock.queued() == 1);
-            assert!(lock.unlock());
-            assert!(
-                waiter.join().unwrap(),
-                "the interrupted wait did not get the lock"
-            );
-        });
-        let result = NESTED.lock().unwrap().take().unwrap().1;
-        assert_eq!(result, Some(true), "the check's wait did not get the lock");
-        assert_free(&lock);
+            let got = NESTED.lock().unwrap().take().unwrap().got;
+            assert_eq!(got, Some(true), "the check's wait did not get the lock");
+            assert_free(&lock);
+        }
     }
 }
 

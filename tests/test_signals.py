@@ -228,8 +228,11 @@ def test_signal_handler_may_wait_for_the_lock_its_thread_waits_for(spawn, target
     holder = spawn(target.blocker.acquire).result()
     released = threading.Event()
     events: list[tuple[str, float]] = []
+    waiting: list[int] = []
 
     def handler(signum: int, frame: Any) -> None:
+        # The interrupted acquire is queued (the signal did not come before it waited).
+        waiting.append(view.statistics().waiting)
         events.append(("handler", time.monotonic()))
         if handler_waits == "after the release":
             assert released.wait(10)
@@ -258,17 +261,61 @@ def test_signal_handler_may_wait_for_the_lock_its_thread_waits_for(spawn, target
     try:
         helper = spawn(signal_then_release)
         unlock = view.acquire(deadline=30)
-        acquired = time.monotonic()
         helper.result()
     finally:
         signal.signal(signal.SIGUSR1, old)
     try:
         assert [e for e, _ in events] == ["handler", "handler acquired"]
-        assert events[1][1] <= acquired
+        assert waiting[0] >= 1
         assert view.locked()
     finally:
         unlock()
     assert_free(target)
+
+
+def test_a_handler_that_does_not_block_leaves_the_interrupted_wait_its_turn(spawn):
+    """A wait in a handler that never blocks (a token polled with timeout 0) leaves the
+    interrupted acquire its place: the lock handed to it meanwhile is not passed on."""
+    lock = Lock(fair=True)
+    holder = spawn(lock.acquire).result()
+    order: list[str] = []
+    released = threading.Event()
+
+    def handler(signum: int, frame: Any) -> None:
+        assert released.wait(10)
+        time.sleep(0.05)  # the release handed the lock to the interrupted acquire
+        CancelToken().wait(0)
+
+    def other() -> None:
+        with lock:
+            order.append("other")
+
+    def signal_then_release() -> None:
+        main_ident = threading.main_thread().ident
+        assert main_ident is not None
+        time.sleep(SEND_AFTER)
+        # The other thread queues behind the main thread's acquire.
+        spawn(other)
+        end = time.monotonic() + 10
+        while lock.statistics().waiting < 2 and time.monotonic() < end:
+            time.sleep(0.005)
+        signal.pthread_kill(main_ident, signal.SIGUSR1)
+        time.sleep(0.1)
+        holder()
+        released.set()
+
+    old = signal.signal(signal.SIGUSR1, handler)
+    try:
+        helper = spawn(signal_then_release)
+        with lock:
+            order.append("main")
+        helper.result()
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    end = time.monotonic() + 10
+    while len(order) < 2 and time.monotonic() < end:
+        time.sleep(0.005)
+    assert order == ["main", "other"]
 
 
 # --- CancelToken.wait -------------------------------------------------------------------------

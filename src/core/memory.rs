@@ -1211,6 +1211,56 @@ mod tests {
         assert!(scope.query("").is_empty());
     }
 
+    thread_local! {
+        /// The view `wait_then_panic` waits on, once.
+        static CHECKED: std::cell::RefCell<Option<NamedView>> = const { std::cell::RefCell::new(None) };
+    }
+
+    /// An interrupt check that waits briefly for a held lock (so the interrupted wait
+    /// steps aside), then panics.
+    fn wait_then_panic() -> Result<(), ()> {
+        if let Some(v) = CHECKED.with(|c| c.borrow_mut().take()) {
+            let wait = crate::core::wait::Wait::<()> {
+                deadline: Some(std::time::Instant::now() + std::time::Duration::from_millis(5)),
+                ..Default::default()
+            };
+            let timed_out = crate::core::acquire::lock(&v, wait);
+            assert!(matches!(
+                timed_out,
+                Err(crate::core::error::AcquireError::Timeout)
+            ));
+            panic!("the check panics (expected by the test)");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_wait_whose_check_panics_after_it_stepped_aside_gives_up_once() {
+        let client = MemoryClient::new(scope());
+        let held = view(&client, "n", Mode::Exclusive);
+        assert!(held.try_lock());
+        let unwound = std::thread::scope(|s| {
+            s.spawn(|| {
+                CHECKED.with(|c| *c.borrow_mut() = Some(view(&client, "n", Mode::Exclusive)));
+                let wait = crate::core::wait::Wait::<()> {
+                    interrupt: Some(crate::core::park::Interrupt {
+                        every: std::time::Duration::from_millis(1),
+                        check: wait_then_panic,
+                    }),
+                    ..Default::default()
+                };
+                let _ = crate::core::acquire::lock(&view(&client, "n", Mode::Exclusive), wait);
+            })
+            .join()
+            .is_err()
+        });
+        assert!(unwound, "the check did not panic");
+        assert!(held.unlock());
+        let again = view(&client, "n", Mode::Exclusive);
+        assert!(again.try_lock(), "the lock was not left free");
+        assert!(again.unlock());
+    }
+
     #[test]
     fn a_borrowed_view_waits_and_gives_its_session_back() {
         let scope = scope();

@@ -2,9 +2,9 @@
 //!
 //! Layers, each module using only those above it (`scripts/check-layers.py` checks that
 //! the modules form no cycle):
-//! - tokens and time, with no lock knowledge: `sync`, `deadline`, `park`, `runner`,
-//!   `timer` (expires whatever implements its `Expire`), `fork` (what a forked child
-//!   mends), `cancel`, `token_wait`;
+//! - tokens and time, with no lock knowledge: `sync`, `deadline`, `step_aside` (an
+//!   interrupted wait's), `park`, `runner`, `timer` (expires whatever implements its
+//!   `Expire`), `fork` (what a forked child mends), `cancel`, `token_wait`;
 //! - the seam every kind of lock plugs into, and the rules written once over it:
 //!   `error`, `raw` (the `RawLock` trait), `give_up`, `wait` (a thread's wait), `task` (a
 //!   task's wait), `acquire` (the argument rules), `unlock` (the once-only release);
@@ -54,6 +54,7 @@ pub mod scopes;
 pub(crate) mod slot;
 pub(crate) mod state;
 pub mod stats;
+pub(crate) mod step_aside;
 pub(crate) mod sync;
 pub mod task;
 pub(crate) mod timer;

@@ -22,6 +22,7 @@ use super::cancel::{CancelToken, Reason, Registration};
 use super::error::AcquireError;
 use super::give_up::{cancelled, give_up, keep_or_pass_on};
 use super::raw::{Compete, Enqueued, Notify, RawLock, RawWaiter, Status};
+use super::step_aside::step_aside_interrupted;
 use super::sync::{AtomicU8, Ordering};
 
 /// Not yet settled.
@@ -75,7 +76,12 @@ impl<L: RawLock> TaskWait<L> {
         };
         let waiter = match lock.enqueue(Notify::Task(notify), Compete::AtOnce) {
             Enqueued::Acquired => None,
-            Enqueued::Queued(waiter) => Some(waiter),
+            Enqueued::Queued(waiter) => {
+                // A task that queues within a wait's check (an event loop run by a
+                // signal handler) may block this thread as a thread's wait would.
+                step_aside_interrupted();
+                Some(waiter)
+            }
         };
         let wake_up = waiter.as_ref().zip(waker).and_then(|(_, waker)| {
             let own = |at: Instant| -> (Instant, Reason) { (at, Arc::new(OwnDeadline)) };

@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use super::cancel::CancelToken;
 use super::deadline::earliest;
-use super::park::{park_step, step_aside_interrupted, Interrupt};
+use super::park::{park_step, Interrupt};
 use super::sync::{current, park_until};
 
 impl CancelToken {
@@ -17,7 +17,6 @@ impl CancelToken {
         if self.is_cancelled() {
             return Ok(true);
         }
-        step_aside_interrupted();
         let me = current();
         let registration = self.on_cancel(move |_| me.unpark());
         let mut deadline = earliest(until, self.deadline());

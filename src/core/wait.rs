@@ -13,8 +13,9 @@ use super::cancel::{CancelToken, Registration};
 use super::deadline::earliest;
 use super::error::AcquireError;
 use super::give_up::{cancelled, give_up};
-use super::park::{park_step, step_aside_interrupted, Interrupt, StepAside};
+use super::park::{park_step, Interrupt};
 use super::raw::{Compete, Enqueued, Notify, RawLock, RawWaiter, Status};
+use super::step_aside::StepAside;
 use super::sync::current;
 
 /// What ends a blocking wait besides success.
@@ -46,6 +47,8 @@ pub enum Woken {
 
 /// A thread's wait for one lock, kept across steps so that a waiter that is woken to
 /// compete keeps its place, its age (for the hand-off rule) and its token registration.
+/// (Only a wait begun within its interrupt's check makes it give up its place and age:
+/// it steps aside, see `step_aside.rs`, and queues again in its next pass.)
 ///
 /// # Invariants
 /// - The wait is settled once a step returned anything but [`Woken::Retry`] (it holds
@@ -55,6 +58,8 @@ pub enum Woken {
 ///   gives up through the give-up rule like a cancelled wait: it leaves the queue, and a
 ///   grant that reached it meanwhile, which the caller never saw, is passed on. So
 ///   dropping is the one cancel path, and no queued waiter is ever left without an owner.
+/// - A waiter that stepped aside (`left`) has left the queue through the give-up rule
+///   already: nothing gives it up again.
 pub struct ThreadWait<'a, L: RawLock + ?Sized, E> {
     lock: &'a L,
     compete: Compete,
@@ -62,6 +67,10 @@ pub struct ThreadWait<'a, L: RawLock + ?Sized, E> {
     waiter: Option<L::Waiter>,
     /// See the invariants.
     settled: bool,
+    /// Whether `waiter` stepped aside while the interrupt's check ran (`step_aside.rs`):
+    /// it left the queue, and the next step queues a new one. Set from within the check,
+    /// so a check that unwinds leaves it set, and dropping the wait then gives up nothing.
+    left: Cell<bool>,
     wait: Wait<'a, E>,
     deadline: Option<Instant>,
     registration: Option<Registration>,
@@ -80,6 +89,7 @@ impl<'a, L: RawLock + ?Sized, E> ThreadWait<'a, L, E> {
             compete,
             waiter: None,
             settled: false,
+            left: Cell::new(false),
             deadline: earliest(wait.deadline, wait.cancel.and_then(CancelToken::deadline)),
             wait,
             registration,
@@ -87,8 +97,9 @@ impl<'a, L: RawLock + ?Sized, E> ThreadWait<'a, L, E> {
     }
 
     /// Take the lock or queue (the first step; with its deadline already passed, one
-    /// try and no queueing), then park until granted, woken to compete, or failed. A
-    /// step that fails has left the queue (and passed on any grant it raced with).
+    /// try and no queueing), then park until granted, woken to compete, or failed (and
+    /// queue again after stepping aside). A step that fails has left the queue (and
+    /// passed on any grant it raced with).
     pub fn step(&mut self) -> Result<Woken, AcquireError<E>> {
         let result = self.step_once();
         if !matches!(result, Ok(Woken::Retry)) {
@@ -110,18 +121,20 @@ impl<'a, L: RawLock + ?Sized, E> ThreadWait<'a, L, E> {
                             Err(AcquireError::Timeout)
                         };
                     }
-                    step_aside_interrupted();
                     match lock.enqueue(Notify::Thread(current()), self.compete) {
                         Enqueued::Acquired => return Ok(Woken::Acquired),
                         Enqueued::Queued(w) => self.waiter.insert(w),
                     }
                 }
             };
-            match park_queued(lock, w, &self.wait, &mut self.deadline) {
+            match park_queued(lock, w, &self.wait, &mut self.deadline, &self.left) {
                 Some(result) => return result,
                 // A wait begun in the interrupt's check (a signal handler) made this one
                 // leave the queue: queue again, behind the waiters that came meanwhile.
-                None => self.waiter = None,
+                None => {
+                    self.waiter = None;
+                    self.left.set(false);
+                }
             }
         }
     }
@@ -155,6 +168,7 @@ fn park_queued<L: RawLock + ?Sized, E>(
     w: &L::Waiter,
     wait: &Wait<'_, E>,
     deadline: &mut Option<Instant>,
+    left: &Cell<bool>,
 ) -> Option<Result<Woken, AcquireError<E>>> {
     let given_up = |why| Some(give_up(lock, w, why).map(|()| Woken::Acquired));
     loop {
@@ -193,13 +207,21 @@ fn park_queued<L: RawLock + ?Sized, E>(
         let aside = Aside {
             lock,
             waiter: w,
-            left: Cell::new(false),
+            left,
         };
         let checked = park_step(&wait.interrupt, *deadline, |until| w.park(until), &aside);
-        match (checked, aside.left.get()) {
+        match (checked, left.get()) {
             (Err(e), false) => return given_up(AcquireError::Interrupted(e)),
+            // Out of the queue already: only the failure is left to report, and the
+            // token and the lock's failure come before queueing again, as in rule 1.
             (Err(e), true) => return Some(Err(AcquireError::Interrupted(e))),
-            (Ok(()), true) => return None,
+            (Ok(()), true) => {
+                return match (lock.failure(), wait.cancel) {
+                    (Some(why), _) => Some(Err(AcquireError::Backend(why))),
+                    (None, Some(t)) if t.is_cancelled() => Some(Err(cancelled(t))),
+                    _ => None,
+                };
+            }
             (Ok(()), false) => {}
         }
     }
@@ -209,8 +231,8 @@ fn park_queued<L: RawLock + ?Sized, E>(
 struct Aside<'w, L: RawLock + ?Sized> {
     lock: &'w L,
     waiter: &'w L::Waiter,
-    /// Whether it left the queue.
-    left: Cell<bool>,
+    /// The wait's `left`.
+    left: &'w Cell<bool>,
 }
 
 impl<L: RawLock + ?Sized> StepAside for Aside<'_, L> {
@@ -228,7 +250,7 @@ impl<L: RawLock + ?Sized, E> Drop for ThreadWait<'_, L, E> {
         if let Some(r) = self.registration.take() {
             r.unregister();
         }
-        if let (Some(w), false) = (&self.waiter, self.settled) {
+        if let (Some(w), false, false) = (&self.waiter, self.settled, self.left.get()) {
             let _ = give_up(self.lock, w, AcquireError::<E>::Abandoned);
         }
     }
