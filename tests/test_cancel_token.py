@@ -681,3 +681,90 @@ def test_unregistering_the_callback_of_an_unreferenced_child_frees_it():
     assert stop() is True
     parent.cancel()
     assert calls == []
+
+
+# --- calls into Python as the interpreter exits -----------------------------------------------
+# Before 3.14, CPython ends a thread that takes the GIL during finalization with a forced
+# unwind, which aborts the process when it meets ctxlock's Rust frames. Each snippet runs
+# in a subprocess whose exit status is the test.
+
+_AT_EXIT = {
+    # Deadline callbacks run on runner threads; several are still sleeping (giving up and
+    # taking the GIL again) as the script ends. Each writes "s" as it starts and "e" as it
+    # ends: the exit waits for those under way.
+    "callbacks under way": """
+import os, threading, time
+from ctxlock import CancelToken
+started = threading.Event()
+def callback():
+    os.write(1, b"s")
+    started.set()
+    for _ in range(100):
+        time.sleep(0.002)
+    os.write(1, b"e")
+tokens = [CancelToken(deadline=0.05 + i * 0.002) for i in range(50)]
+for token in tokens:
+    token.on_cancel(callback)
+assert started.wait(30)
+""",
+    # A daemon thread cancels tokens with sleeping callbacks in a loop as the script ends.
+    "daemon thread cancelling": """
+import threading, time
+from ctxlock import CancelToken
+looping = threading.Event()
+def loop():
+    while True:
+        token = CancelToken()
+        token.on_cancel(lambda: time.sleep(0.001))
+        token.cancel()
+        looping.set()
+threading.Thread(target=loop, daemon=True).start()
+assert looping.wait(30)
+""",
+    # A deadline fires while the interpreter finalizes (an object torn down with the main
+    # module sleeps, giving up the GIL): its callback on a runner thread, and the release
+    # of a lock tied to it on the timer thread, would each take the GIL. (This one did
+    # not abort before the gate either; it pins down that the callback stays unrun.) The
+    # callback is a partial, not a lambda: a lambda's globals would make a cycle that
+    # keeps `slow` alive past the point where `__del__` can run.
+    "deadline during finalization": """
+import functools, os, time
+from ctxlock import CancelToken, Lock
+token = CancelToken(deadline=0.2)
+token.on_cancel(functools.partial(os.write, 1, b"late callback ran"))
+lock = Lock()
+unlock = lock.acquire()
+unlock.unlock_on_cancel(token)
+class Slow:
+    def __del__(self):
+        time.sleep(0.6)
+        os.write(1, b"cancelled %d" % self.keep[0].cancelled)
+slow = Slow()
+slow.keep = (token, lock, unlock)
+""",
+    # A callback that never returns cannot hold the exit open.
+    "callback that never returns": """
+import threading
+from ctxlock import CancelToken
+started = threading.Event()
+def callback():
+    started.set()
+    threading.Event().wait()
+token = CancelToken(deadline=0.01)
+token.on_cancel(callback)
+assert started.wait(30)
+""",
+}
+
+
+@pytest.mark.parametrize("case", sorted(_AT_EXIT))
+def test_calls_into_python_at_exit_do_not_abort(case):
+    proc = _run_snippet(_AT_EXIT[case])
+    assert (proc.returncode, proc.stderr) == (0, ""), (proc.returncode, proc.stderr)
+    if case == "callbacks under way":
+        assert proc.stdout.count("s") >= 1, proc.stdout
+        assert proc.stdout.count("s") == proc.stdout.count("e"), proc.stdout
+    if case == "deadline during finalization":
+        # The deadline passed during finalization, when only the exiting thread calls
+        # Python: the callback did not run.
+        assert proc.stdout == "cancelled 1", proc.stdout

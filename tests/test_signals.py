@@ -72,6 +72,17 @@ def send_later(spawn, signum: int, delay: float = SEND_AFTER):
     return spawn(send)
 
 
+def signal_main_thread(signum: int, until: Callable[[], object] = lambda: True) -> None:
+    """From a helper thread: send ``signum`` to the main thread, then poll (up to 10 s)
+    until ``until()`` (the handler's record, say: a handler sets nothing thread-safe)."""
+    main_ident = threading.main_thread().ident
+    assert main_ident is not None
+    signal.pthread_kill(main_ident, signum)
+    end = time.monotonic() + 10
+    while not until() and time.monotonic() < end:
+        time.sleep(0.005)
+
+
 def catch_interrupt(fn: Callable[[], Any]) -> tuple[str, Any, float]:
     """Run fn in the main thread; return (outcome, value, when it ended).
 
@@ -144,14 +155,8 @@ def test_signal_handler_runs_during_acquire_and_wait_continues(spawn, usr1_handl
     ran = threading.Event()
 
     def signal_then_release() -> float:
-        main_ident = threading.main_thread().ident
-        assert main_ident is not None
         time.sleep(SEND_AFTER)
-        signal.pthread_kill(main_ident, signal.SIGUSR1)
-        # The handler sets nothing thread-safe by itself; poll its record.
-        end = time.monotonic() + 5
-        while not usr1_handler and time.monotonic() < end:
-            time.sleep(0.005)
+        signal_main_thread(signal.SIGUSR1, lambda: usr1_handler)
         ran.set()
         time.sleep(0.2)  # the acquire must keep waiting after the handler ran
         released = time.monotonic()
@@ -246,13 +251,8 @@ def test_signal_handler_may_wait_for_the_lock_its_thread_waits_for(spawn, target
         unlock()
 
     def signal_then_release() -> None:
-        main_ident = threading.main_thread().ident
-        assert main_ident is not None
         time.sleep(SEND_AFTER)
-        signal.pthread_kill(main_ident, signal.SIGUSR1)
-        end = time.monotonic() + 10
-        while not events and time.monotonic() < end:
-            time.sleep(0.005)
+        signal_main_thread(signal.SIGUSR1, lambda: events)
         time.sleep(0.2)  # the handler's acquire is queued (or the handler sleeps)
         holder()
         released.set()
@@ -291,15 +291,13 @@ def test_a_handler_that_does_not_block_leaves_the_interrupted_wait_its_turn(spaw
             order.append("other")
 
     def signal_then_release() -> None:
-        main_ident = threading.main_thread().ident
-        assert main_ident is not None
         time.sleep(SEND_AFTER)
         # The other thread queues behind the main thread's acquire.
         spawn(other)
         end = time.monotonic() + 10
         while lock.statistics().waiting < 2 and time.monotonic() < end:
             time.sleep(0.005)
-        signal.pthread_kill(main_ident, signal.SIGUSR1)
+        signal_main_thread(signal.SIGUSR1)
         time.sleep(0.1)
         holder()
         released.set()
@@ -339,13 +337,8 @@ def test_signal_handler_runs_during_token_wait_and_wait_continues(spawn, usr1_ha
     token = CancelToken()
 
     def signal_then_cancel() -> float:
-        main_ident = threading.main_thread().ident
-        assert main_ident is not None
         time.sleep(SEND_AFTER)
-        signal.pthread_kill(main_ident, signal.SIGUSR1)
-        end = time.monotonic() + 5
-        while not usr1_handler and time.monotonic() < end:
-            time.sleep(0.005)
+        signal_main_thread(signal.SIGUSR1, lambda: usr1_handler)
         time.sleep(0.2)
         cancelled = time.monotonic()
         token.cancel("done")

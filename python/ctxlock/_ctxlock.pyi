@@ -77,6 +77,10 @@ class CancelToken:
         the token until ``fn`` has run or been unregistered. Returns a function that
         unregisters ``fn`` and returns True if that stopped ``fn`` from running (Go's
         ``context.AfterFunc``).
+
+        At interpreter exit: once ctxlock's ``atexit`` hook has run, ``fn`` runs only in
+        the thread that exits; one due in another thread (a deadline's, or a daemon
+        thread's ``cancel()``) is skipped. The hook waits up to 2 s for those running.
         """
 
 @final

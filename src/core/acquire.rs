@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use super::cancel::CancelToken;
 use super::deadline::Timeout;
 use super::error::AcquireError;
-use super::give_up::cancelled;
+pub use super::give_up::{check_backend, check_token};
 use super::raw::{Compete, RawLock};
 use super::wait::{ThreadWait, Wait, Woken};
 
@@ -42,24 +42,6 @@ pub fn check_args<E>(deadline_given: bool, blocking: bool) -> Result<(), Acquire
 #[inline]
 pub fn only_a_release_ends(cancel: Option<&CancelToken>, timeout: Timeout) -> bool {
     cancel.is_none() && timeout.is_never()
-}
-
-/// Rule 1: a cancelled token fails.
-#[inline]
-pub fn check_token<E>(cancel: Option<&CancelToken>) -> Result<(), AcquireError<E>> {
-    match cancel {
-        Some(t) if t.is_cancelled() => Err(cancelled(t)),
-        _ => Ok(()),
-    }
-}
-
-/// Rule 1 for the lock itself: a kind whose backend failed (or was closed) fails.
-#[inline]
-pub fn check_backend<L: RawLock + ?Sized, E>(lock: &L) -> Result<(), AcquireError<E>> {
-    match lock.failure() {
-        None => Ok(()),
-        Some(why) => Err(AcquireError::Backend(why)),
-    }
 }
 
 /// Rules 1 to 3, with nothing but the kind's fast path: `Ok(true)` if the caller now

@@ -41,3 +41,22 @@ pub(crate) fn keep_or_pass_on<L: RawLock + ?Sized, E>(
 pub(crate) fn cancelled<E>(t: &CancelToken) -> AcquireError<E> {
     AcquireError::Cancelled(t.reason().expect("BUG: a cancelled token has no reason"))
 }
+
+/// Rule 1 (see `acquire.rs`): a cancelled token fails. Here, not there, so that a wait
+/// that stepped aside (`wait.rs`) applies it before it queues again.
+#[inline]
+pub fn check_token<E>(cancel: Option<&CancelToken>) -> Result<(), AcquireError<E>> {
+    match cancel {
+        Some(t) if t.is_cancelled() => Err(cancelled(t)),
+        _ => Ok(()),
+    }
+}
+
+/// Rule 1 for the lock itself: a kind whose backend failed (or was closed) fails.
+#[inline]
+pub fn check_backend<L: RawLock + ?Sized, E>(lock: &L) -> Result<(), AcquireError<E>> {
+    match lock.failure() {
+        None => Ok(()),
+        Some(why) => Err(AcquireError::Backend(why)),
+    }
+}

@@ -12,7 +12,7 @@ use std::time::Instant;
 use super::cancel::{CancelToken, Registration};
 use super::deadline::earliest;
 use super::error::AcquireError;
-use super::give_up::{cancelled, give_up};
+use super::give_up::{cancelled, check_backend, check_token, give_up};
 use super::park::{park_step, Interrupt};
 use super::raw::{Compete, Enqueued, Notify, RawLock, RawWaiter, Status};
 use super::step_aside::StepAside;
@@ -216,11 +216,10 @@ fn park_queued<L: RawLock + ?Sized, E>(
             // token and the lock's failure come before queueing again, as in rule 1.
             (Err(e), true) => return Some(Err(AcquireError::Interrupted(e))),
             (Ok(()), true) => {
-                return match (lock.failure(), wait.cancel) {
-                    (Some(why), _) => Some(Err(AcquireError::Backend(why))),
-                    (None, Some(t)) if t.is_cancelled() => Some(Err(cancelled(t))),
-                    _ => None,
-                };
+                return check_token(wait.cancel)
+                    .and_then(|()| check_backend(lock))
+                    .err()
+                    .map(Err);
             }
             (Ok(()), false) => {}
         }

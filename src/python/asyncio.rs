@@ -558,10 +558,11 @@ impl Wake for Doorbell {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        // try_attach: a grant can come from the timer thread during interpreter shutdown.
-        // The release that granted may run anywhere, a deallocator included: the
-        // exception being raised there (if any) is set aside while the future is rung.
-        let rang = Python::try_attach(|py| {
+        // Through the exit gate: a grant can come from the timer thread as the
+        // interpreter exits. The release that granted may run anywhere, a deallocator
+        // included: the exception being raised there (if any) is set aside while the
+        // future is rung.
+        let rang = super::exit_gate::attach(|py| {
             exception_set_aside(py, |py| {
                 self.ring(py).unwrap_or_else(|e| {
                     e.write_unraisable(py, None);

@@ -58,8 +58,8 @@ fn monotonic(py: Python<'_>, at: Instant) -> PyResult<f64> {
 /// raises goes to `sys.unraisablehook`, except what [`raising_interrupts`] takes.
 pub(crate) fn call_soon_unraisable(f: Py<PyAny>) -> impl FnOnce(&Reason) + Send + 'static {
     move |_| {
-        // try_attach: a deadline may fire while the interpreter is finalizing.
-        Python::try_attach(|py| {
+        // Through the exit gate: a deadline may fire as the interpreter exits.
+        super::exit_gate::attach(|py| {
             if let Err(e) = f.call0(py) {
                 if let Some(e) = keep_interrupt(py, e) {
                     e.write_unraisable(py, Some(f.bind(py)));
@@ -222,6 +222,10 @@ impl PyCancelToken {
     /// the token until ``fn`` has run or been unregistered. Returns a function that
     /// unregisters ``fn`` and returns True if that stopped ``fn`` from running (Go's
     /// ``context.AfterFunc``).
+    ///
+    /// At interpreter exit: once ctxlock's ``atexit`` hook has run, ``fn`` runs only in
+    /// the thread that exits; one due in another thread (a deadline's, or a daemon
+    /// thread's ``cancel()``) is skipped. The hook waits up to 2 s for those running.
     fn on_cancel(&self, r#fn: Bound<'_, PyAny>) -> PyResult<OnCancel> {
         if !r#fn.is_callable() {
             return Err(super::args::wrong_type(

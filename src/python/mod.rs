@@ -3,7 +3,7 @@
 use pyo3::prelude::*;
 
 // Layers, leaves first (each module uses only those above it; `scripts/check-layers.py`
-// checks there is no cycle): `args`, `errors`, `dealloc`, `blocking`, `kind`,
+// checks there is no cycle): `exit_gate`, `args`, `errors`, `dealloc`, `blocking`, `kind`,
 // `refcount`, `shim`; `cancel`, `task_owner`, `vectorcall`, `stats`; `unlock`, `acquire`;
 // `asyncio`; `lock`, `sharable`, `named`.
 pub(crate) mod acquire;
@@ -13,6 +13,7 @@ mod blocking;
 pub(crate) mod cancel;
 mod dealloc;
 mod errors;
+mod exit_gate;
 mod freelist;
 pub(crate) mod kind;
 pub(crate) mod lock;
@@ -56,11 +57,16 @@ fn _ctxlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// Registered with `atexit`: stop the scopes' helper threads (see `core/scopes.rs`),
-/// without the GIL, which a helper may be waiting for.
+/// Registered with `atexit`: close the gate to Python for other threads and let the
+/// calls under way end (`exit_gate.rs`), then stop the scopes' helper threads (see
+/// `core/scopes.rs`); without the GIL, which those calls and helpers may be waiting for.
 #[pyfunction]
 fn before_exit(py: Python<'_>) {
-    py.detach(crate::core::scopes::before_exit);
+    exit_gate::close();
+    py.detach(|| {
+        exit_gate::wait_for_calls();
+        crate::core::scopes::before_exit();
+    });
 }
 
 /// Install the hand-written entry points (`vectorcall.rs`) and the own construction of
@@ -134,4 +140,5 @@ fn install_fast_calls(py: Python<'_>) -> PyResult<Vec<&'static str>> {
 fn after_fork_in_child() {
     crate::core::fork::after_fork_in_child();
     freelist::after_fork_in_child();
+    exit_gate::after_fork_in_child();
 }

@@ -180,9 +180,10 @@ impl PyUnlock {
         // an `Unlock` nobody else refers to is then collected (releasing and warning).
         let me: Py<PyUnlock> = slf.clone().unbind();
         let registration = token.get().token.on_cancel(move |_| {
-            // Attach: releases are serialized by the GIL (see `release`). During
-            // interpreter shutdown nothing can wait for the lock any more.
-            Python::try_attach(|_| me.get().release());
+            // Attach: releases are serialized by the GIL (see `release`). Through the
+            // exit gate: a deadline may fire on the timer thread as the interpreter
+            // exits, and then the process's end releases the lock.
+            super::exit_gate::attach(|_| me.get().release());
         });
         if let Some(r) = registration {
             this.unlock.add_registration(r);
