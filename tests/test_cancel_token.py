@@ -742,6 +742,56 @@ class Slow:
 slow = Slow()
 slow.keep = (token, lock, unlock)
 """,
+    # A callback forks; the child goes on from inside it and then uses deadlines: the
+    # child counts its own call under way, and only that one.
+    "fork in a callback": """
+import os, threading
+from ctxlock import CancelToken
+def fork_here():
+    pid = os.fork()
+    if pid:
+        os.waitpid(pid, 0)
+        os._exit(0)
+token = CancelToken()
+token.on_cancel(fork_here)
+token.cancel()
+ran = threading.Event()
+CancelToken(deadline=0.05).on_cancel(ran.set)
+print(ran.wait(10))
+""",
+    # An atexit handler registered before ctxlock was imported runs after ctxlock's hook
+    # closed the gate, and waits for a lock that a deadline releases: the release turned
+    # away from the timer thread is run by the exiting thread while it waits.
+    "atexit handler registered before the import": """
+import atexit
+def cleanup():
+    lock.acquire(deadline=10)
+    print("got")
+atexit.register(cleanup)
+import ctxlock
+lock = ctxlock.Lock()
+unlock = lock.acquire()
+unlock.unlock_on_cancel(ctxlock.CancelToken(deadline=0.3))
+""",
+    # A daemon thread drops an Unlock that still holds, and the ResourceWarning's
+    # handler (a slow logging handler, say) sleeps into the finalization, which an object
+    # torn down with the main module makes last. The handler's globals are its own: the
+    # main module's would keep `slow` alive.
+    "forgotten Unlock warned in a daemon thread": """
+import threading, time, warnings
+import ctxlock
+warnings.simplefilter("always")
+handler = {"time": time}
+exec("def show(*args, **kwargs): time.sleep(0.5)", handler)
+warnings.showwarning = handler["show"]
+lock = ctxlock.Lock()
+threading.Thread(target=lock.acquire, daemon=True).start()
+class Slow:
+    def __del__(self, sleep=time.sleep):
+        sleep(1)
+slow = Slow()
+time.sleep(0.1)
+""",
     # A callback that never returns cannot hold the exit open.
     "callback that never returns": """
 import threading
@@ -764,6 +814,10 @@ def test_calls_into_python_at_exit_do_not_abort(case):
     if case == "callbacks under way":
         assert proc.stdout.count("s") >= 1, proc.stdout
         assert proc.stdout.count("s") == proc.stdout.count("e"), proc.stdout
+    if case == "fork in a callback":
+        assert proc.stdout == "True\n", proc.stdout
+    if case == "atexit handler registered before the import":
+        assert proc.stdout == "got\n", proc.stdout
     if case == "deadline during finalization":
         # The deadline passed during finalization, when only the exiting thread calls
         # Python: the callback did not run.

@@ -80,7 +80,8 @@ class CancelToken:
 
         At interpreter exit: once ctxlock's ``atexit`` hook has run, ``fn`` runs only in
         the thread that exits; one due in another thread (a deadline's, or a daemon
-        thread's ``cancel()``) is skipped. The hook waits up to 2 s for those running.
+        thread's ``cancel()``) is skipped. The hook waits up to 2 s for those running
+        (see the README's "Interpreter exit").
         """
 
 @final

@@ -57,16 +57,15 @@ fn _ctxlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// Registered with `atexit`: close the gate to Python for other threads and let the
-/// calls under way end (`exit_gate.rs`), then stop the scopes' helper threads (see
+/// Registered with `atexit`: close the gate to Python for other threads, let the calls
+/// under way end and run what the gate turned away meanwhile (`exit_gate.rs`), then stop the scopes' helper threads (see
 /// `core/scopes.rs`); without the GIL, which those calls and helpers may be waiting for.
 #[pyfunction]
 fn before_exit(py: Python<'_>) {
     exit_gate::close();
-    py.detach(|| {
-        exit_gate::wait_for_calls();
-        crate::core::scopes::before_exit();
-    });
+    py.detach(exit_gate::wait_for_calls);
+    exit_gate::run_deferred(py);
+    py.detach(crate::core::scopes::before_exit);
 }
 
 /// Install the hand-written entry points (`vectorcall.rs`) and the own construction of

@@ -182,8 +182,10 @@ impl PyUnlock {
         let registration = token.get().token.on_cancel(move |_| {
             // Attach: releases are serialized by the GIL (see `release`). Through the
             // exit gate: a deadline may fire on the timer thread as the interpreter
-            // exits, and then the process's end releases the lock.
-            super::exit_gate::attach(|_| me.get().release());
+            // exits, and then the exiting thread releases.
+            super::exit_gate::attach_or_defer(move |_| {
+                me.get().release();
+            });
         });
         if let Some(r) = registration {
             this.unlock.add_registration(r);
@@ -240,9 +242,11 @@ impl Drop for PyUnlock {
         // Run by the deallocator, so attached, but perhaps while an exception is being
         // raised, inside a collection or at shutdown (see `dealloc.rs`). The release runs
         // with the exception set aside, since handing the lock to a task calls Python; the
-        // warning too, and not at shutdown. If Python cannot be attached to at all, the
-        // lock is still released.
-        let done = Python::try_attach(|py| {
+        // warning too, and not at shutdown. Through the exit gate: the warning runs Python
+        // (a `showwarning` that sleeps) in whatever thread dropped this, a daemon thread
+        // as the interpreter exits too. If the gate turns it away, or Python cannot be
+        // attached to at all, the lock is still released.
+        let done = super::exit_gate::attach(|py| {
             exception_set_aside(py, |py| {
                 // A hold that ended without this Unlock (its manager closed) was not
                 // held by it any more: nothing was released, there is nothing to warn of.
