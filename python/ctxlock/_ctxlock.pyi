@@ -78,10 +78,9 @@ class CancelToken:
         unregisters ``fn`` and returns True if that stopped ``fn`` from running (Go's
         ``context.AfterFunc``).
 
-        At interpreter exit: once ctxlock's ``atexit`` hook has run, ``fn`` runs only in
-        the thread that exits; one due in another thread (a deadline's, or a daemon
-        thread's ``cancel()``) is skipped. The hook waits up to 2 s for those running
-        (see the README's "Interpreter exit").
+        At interpreter exit, ctxlock's ``atexit`` hook waits up to 2 s for ``fn`` calls
+        under way; once finalization has begun, a ``fn`` due in any thread but the
+        exiting one is skipped (see the README's "Interpreter exit").
         """
 
 @final

@@ -56,12 +56,7 @@ fn in_main_thread(py: Python<'_>) -> bool {
 }
 
 fn check_signals() -> Result<(), PyErr> {
-    Python::attach(|py| {
-        // The exiting thread also runs what the exit gate kept for it (a release it may
-        // be waiting for).
-        super::exit_gate::run_deferred(py);
-        py.check_signals()
-    })
+    Python::attach(|py| py.check_signals())
 }
 
 /// The interrupt a wait of this thread passes into the core: running signal handlers

@@ -3,7 +3,7 @@
 use pyo3::prelude::*;
 
 // Layers, leaves first (each module uses only those above it; `scripts/check-layers.py`
-// checks there is no cycle): `exit_gate`, `args`, `errors`, `dealloc`, `blocking`, `kind`,
+// checks there is no cycle): `args`, `errors`, `dealloc`, `exit_gate`, `blocking`, `kind`,
 // `refcount`, `shim`; `cancel`, `task_owner`, `vectorcall`, `stats`; `unlock`, `acquire`;
 // `asyncio`; `lock`, `sharable`, `named`.
 pub(crate) mod acquire;
@@ -57,15 +57,15 @@ fn _ctxlock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// Registered with `atexit`: close the gate to Python for other threads, let the calls
-/// under way end and run what the gate turned away meanwhile (`exit_gate.rs`), then stop the scopes' helper threads (see
+/// Registered with `atexit`: let the calls into Python under way in other threads end
+/// (`exit_gate.rs`), then stop the scopes' helper threads (see
 /// `core/scopes.rs`); without the GIL, which those calls and helpers may be waiting for.
 #[pyfunction]
 fn before_exit(py: Python<'_>) {
-    exit_gate::close();
-    py.detach(exit_gate::wait_for_calls);
-    exit_gate::run_deferred(py);
-    py.detach(crate::core::scopes::before_exit);
+    py.detach(|| {
+        exit_gate::wait_for_calls();
+        crate::core::scopes::before_exit();
+    });
 }
 
 /// Install the hand-written entry points (`vectorcall.rs`) and the own construction of

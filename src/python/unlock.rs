@@ -182,10 +182,8 @@ impl PyUnlock {
         let registration = token.get().token.on_cancel(move |_| {
             // Attach: releases are serialized by the GIL (see `release`). Through the
             // exit gate: a deadline may fire on the timer thread as the interpreter
-            // exits, and then the exiting thread releases.
-            super::exit_gate::attach_or_defer(move |_| {
-                me.get().release();
-            });
+            // exits; once it finalizes, nothing can wait for the lock in this process.
+            super::exit_gate::attach(|_| me.get().release());
         });
         if let Some(r) = registration {
             this.unlock.add_registration(r);
