@@ -30,7 +30,7 @@ use super::dealloc::finalizing;
 /// How long the exit waits for calls under way (a callback that is still sleeping, say).
 /// Bounded so that a callback that never returns cannot hold the process open; a call
 /// still running after it may abort the process as before.
-pub(crate) const EXIT_WAIT: Duration = Duration::from_secs(2);
+const EXIT_WAIT: Duration = Duration::from_secs(2);
 
 /// The number of calls under way. Invariant: exactly the live `Entered` values of this
 /// process (a forked child keeps only its own thread's: see `after_fork_in_child`).

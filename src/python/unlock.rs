@@ -182,7 +182,8 @@ impl PyUnlock {
         let registration = token.get().token.on_cancel(move |_| {
             // Attach: releases are serialized by the GIL (see `release`). Through the
             // exit gate: a deadline may fire on the timer thread as the interpreter
-            // exits; once it finalizes, nothing can wait for the lock in this process.
+            // exits; once it finalizes, the release is turned away (only a `__del__` in
+            // the exiting thread could still wait for the lock, until its deadline).
             super::exit_gate::attach(|_| me.get().release());
         });
         if let Some(r) = registration {
